@@ -1,0 +1,76 @@
+"""nox sessions: the CI matrix.
+
+``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
+out per fix x side (one CI job each) and ``nox -s merge`` turns their
+observations into verdicts. ``nox -s tests`` runs the test suite.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lab"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+MATRIX = ROOT / "matrices" / "upstream.toml"
+PYTHON = "3.11"
+
+
+def fix_ids() -> list[str]:
+    """Fix ids straight from the default matrix, so the CI matrix never goes stale."""
+    with MATRIX.open("rb") as fh:
+        return [f["id"] for f in tomllib.load(fh)["fixes"]]
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    session.install("-e", f".{extras}")
+
+
+@nox.session(python=PYTHON)
+def lab(session: nox.Session) -> None:
+    """Run every fix of the default matrix (the main job)."""
+    _install(session)
+    session.run("difflab", "run", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("side", ["base", "head"])
+@nox.parametrize("fix", fix_ids())
+def side(session: nox.Session, fix: str, side: str) -> None:
+    """Observe one side of one fix (a CI matrix cell); pass ``-- --source git`` etc. through."""
+    _install(session)
+    session.run(
+        "difflab", "observe", "--fix", fix, "--side", side, "--out", f"results/ci/{fix}-{side}", *session.posargs
+    )
+
+
+@nox.session(python=PYTHON)
+def merge(session: nox.Session) -> None:
+    """Judge the observations the ``side`` sessions left under results/ci/."""
+    _install(session)
+    session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def contains(session: nox.Session) -> None:
+    """Which release carries which fix, by behaviour."""
+    _install(session)
+    session.run("difflab", "contains", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite, parallel with pytest-xdist."""
+    _install(session, "[dev]")
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "src", "probes", "tests", "noxfile.py")

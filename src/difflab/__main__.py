@@ -1,0 +1,3 @@
+from difflab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""The ``difflab`` command line.
+
+Each subcommand lives in its own module under :mod:`difflab.commands` and
+defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
+this module only discovers and dispatches them, so a new command is a new
+file, not an edit here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from difflab import commands
+from difflab.errors import DifflabError
+
+
+def discover() -> list[ModuleType]:
+    """Every command module, sorted by name."""
+    found = []
+    for info in pkgutil.iter_modules(commands.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        if hasattr(module, "NAME") and hasattr(module, "main"):
+            found.append(module)
+    return sorted(found, key=lambda m: m.NAME)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="difflab",
+        description="Does this SGLang build carry this fix, judged by what its real code does?",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in discover():
+        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_handler=module.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._handler(args))
+    except DifflabError as exc:
+        print(f"difflab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("difflab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

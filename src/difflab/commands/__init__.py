@@ -1,0 +1,1 @@
+"""Subcommands of ``difflab``: one module each (see :mod:`difflab.cli`)."""

@@ -1,0 +1,174 @@
+"""Per-fix verdicts from base and head observations.
+
+``confirmed``: the base shows the bug, the head the fix, controls equal.
+``not-reproduced``: the base does not show the bug (the probe does not
+discriminate, or the base already has the fix). ``not-fixed``: the head
+still shows the bug. ``control-drift``: something the fix must not change
+did change (the diff is not attributable to the fix). ``unavailable``: a
+side has no source. ``error``: no trustworthy observation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from difflab.diff.classify import Match, classify, controls_hold, field_side, same
+from difflab.matrix.model import Fix, ProbeSpec
+from difflab.observation import Observation
+
+VERDICTS = ("confirmed", "not-fixed", "not-reproduced", "control-drift", "unavailable", "error")
+
+
+@dataclass
+class FieldResult:
+    """One field of one probe, on both sides, against what the matrix declares."""
+
+    field: str
+    kind: str  # "expect" | "control"
+    base: Any
+    head: Any
+    declared_base: Any
+    declared_head: Any
+    ok: bool
+
+
+@dataclass
+class ProbeDiff:
+    """One probe's base and head observations and its own verdict."""
+
+    probe: str
+    verdict: str
+    reason: str
+    base_match: str
+    head_match: str
+    fields: list[FieldResult]
+    base: Observation | None
+    head: Observation | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["base"] = self.base.to_dict() if self.base else None
+        data["head"] = self.head.to_dict() if self.head else None
+        return data
+
+
+@dataclass
+class FixVerdict:
+    """The verdict for one fix (or one part of it)."""
+
+    fix: int
+    id: str
+    part: str | None
+    title: str
+    verdict: str
+    reason: str
+    expected_unavailable: bool
+    base: dict[str, Any]
+    head: dict[str, Any]
+    probes: list[ProbeDiff] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "confirmed" or (self.verdict == "unavailable" and self.expected_unavailable)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fix": self.fix, "id": self.id, "part": self.part, "title": self.title,
+            "verdict": self.verdict, "reason": self.reason, "passed": self.passed,
+            "expected_unavailable": self.expected_unavailable,
+            "base": self.base, "head": self.head,
+            "probes": [p.to_dict() for p in self.probes],
+        }
+
+
+def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> list[FieldResult]:
+    bf = base.fields if base and base.ok else {}
+    hf = head.fields if head and head.ok else {}
+    out = []
+    for name, (db, dh) in spec.expect.items():
+        b, h = bf.get(name), hf.get(name)
+        ok = same(b, db) and (head is None or not head.ok or same(h, dh))
+        out.append(FieldResult(name, "expect", b, h, db, dh, ok))
+    for name, dv in spec.controls.items():
+        b, h = bf.get(name), hf.get(name)
+        ok = same(b, dv) and (head is None or not head.ok or same(h, dv))
+        out.append(FieldResult(name, "control", b, h, dv, dv, ok))
+    return out
+
+
+def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
+    """Verdict for one probe. ``head`` may be unavailable (status ``unavailable``)."""
+    bm = classify(base, spec)
+    head_unavailable = head is not None and head.status == "unavailable"
+    hm = Match.ERROR if head_unavailable else classify(head, spec)
+    fields = _fields(spec, base, head)
+
+    def done(verdict: str, reason: str) -> ProbeDiff:
+        return ProbeDiff(spec.name, verdict, reason, bm.value, hm.value, fields, base, head)
+
+    if bm is Match.ERROR:
+        return done("error", f"base: {_why(base)}")
+    if head_unavailable:
+        assert head is not None
+        shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
+        return done("unavailable", f"head unavailable: {head.error}; base {shown}")
+    if hm is Match.ERROR:
+        return done("error", f"head: {_why(head)}")
+    drift = sorted(set(controls_hold(base, spec)) | set(controls_hold(head, spec)))
+    if drift:
+        return done("control-drift", "control field(s) changed or off their declared value: " + ", ".join(drift))
+    if bm is not Match.BASE:
+        return done("not-reproduced", f"base does not show the bug: {_mismatch(spec, base, 0)}")
+    if hm is not Match.HEAD:
+        return done("not-fixed", f"head does not show the fix: {_mismatch(spec, head, 1)}")
+    return done("confirmed", "base shows the bug, head the fix, controls equal")
+
+
+_PRECEDENCE = ("error", "control-drift", "not-reproduced", "not-fixed", "unavailable", "confirmed")
+
+
+def judge_fix(
+    fix: Fix,
+    base: dict[str, Observation],
+    head: dict[str, Observation],
+    base_label: dict[str, Any],
+    head_label: dict[str, Any],
+) -> FixVerdict:
+    """Verdict for a fix from its probes' observations (keyed by probe name)."""
+
+    def verdict(v: str, reason: str, probes: list[ProbeDiff]) -> FixVerdict:
+        return FixVerdict(
+            fix=fix.pr, id=fix.id, part=fix.part, title=fix.title, verdict=v, reason=reason,
+            expected_unavailable=bool(fix.head.unavailable or fix.base.unavailable),
+            base=base_label, head=head_label, probes=probes,
+        )
+
+    if not fix.probes:
+        return verdict("error", "no probes declared for this fix in the matrix yet", [])
+    diffs = [judge_probe(spec, base.get(spec.name), head.get(spec.name)) for spec in fix.probes]
+    worst = min(diffs, key=lambda d: _PRECEDENCE.index(d.verdict))
+    if worst.verdict == "confirmed":
+        return verdict("confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal", diffs)
+    others = [d for d in diffs if d.verdict == worst.verdict]
+    reason = "; ".join(f"{d.probe}: {d.reason}" for d in others)
+    return verdict(worst.verdict, reason, diffs)
+
+
+def _why(obs: Observation | None) -> str:
+    if obs is None:
+        return "no observation"
+    if obs.status == "ok":
+        return "an expected field is missing from the observation"
+    first = (obs.error or "unknown error").strip().splitlines()
+    return first[-1] if first else "unknown error"
+
+
+def _mismatch(spec: ProbeSpec, obs: Observation | None, index: int) -> str:
+    assert obs is not None
+    parts = []
+    for name, pair in spec.expect.items():
+        value = obs.fields.get(name)
+        if field_side(value, pair) != ("base", "head")[index]:
+            parts.append(f"{name}={value!r} (expected {pair[index]!r})")
+    return ", ".join(parts) or "no difference"

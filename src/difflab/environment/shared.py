@@ -1,0 +1,144 @@
+"""The one shared CPU environment that serves every SGLang release.
+
+SGLang is never installed into it: each probe process gets the materialised
+source on ``PYTHONPATH``. So one ~1.4 GB venv, built once (~1-2 min), serves
+every release and every fork instead of a 55 s, 1.6 GB venv per version.
+The environment is identified by a digest of its pinned requirements and the
+Python version; results record that digest and the installed package list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import venv
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from difflab.errors import EnvironmentSetupError
+from difflab.paths import cache_root
+
+REQUIREMENTS = "cpu-requirements.txt"
+NODEPS_REQUIREMENTS = "cpu-requirements-nodeps.txt"
+
+
+def _spec_text(name: str) -> str:
+    return resources.files("difflab.environment").joinpath(name).read_text()
+
+
+def spec_digest(python_version: str | None = None) -> str:
+    """Digest of what defines the environment: pinned requirements and Python X.Y."""
+    py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    h = hashlib.sha256()
+    for part in (py, _spec_text(REQUIREMENTS), _spec_text(NODEPS_REQUIREMENTS)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@dataclass
+class SharedEnvironment:
+    """A virtualenv under ``$DIFFLAB_CACHE/envs/cpu-<digest>``, created on demand."""
+
+    base_python: str = sys.executable
+    cache: Path | None = None
+    pip_args: list[str] = field(default_factory=lambda: os.environ.get("DIFFLAB_PIP_ARGS", "").split())
+
+    def __post_init__(self) -> None:
+        self.cache = self.cache or cache_root()
+
+    @cached_property
+    def digest(self) -> str:
+        return spec_digest()
+
+    @property
+    def path(self) -> Path:
+        assert self.cache is not None
+        return self.cache / "envs" / f"cpu-{self.digest[:16]}"
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def ready(self) -> bool:
+        return (self.path / ".difflab-complete").exists()
+
+    def ensure(self, progress: Any = None) -> SharedEnvironment:
+        """Create the environment unless it exists (safe across concurrent processes)."""
+        if self.ready:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            if self.ready:
+                return self
+            if progress:
+                progress(f"creating the shared CPU environment at {self.path} (once, ~2 min)")
+            tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}-"))
+            try:
+                self._build(tmp)
+                if self.path.exists():
+                    shutil.rmtree(self.path)
+                os.replace(tmp, self.path)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        return self
+
+    def _build(self, into: Path) -> None:
+        venv.EnvBuilder(with_pip=True, clear=True).create(into)
+        py = str(into / "bin" / "python")
+        with tempfile.TemporaryDirectory() as tmp:
+            req = Path(tmp) / REQUIREMENTS
+            req.write_text(_spec_text(REQUIREMENTS))
+            nodeps = Path(tmp) / NODEPS_REQUIREMENTS
+            nodeps.write_text(_spec_text(NODEPS_REQUIREMENTS))
+            pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *self.pip_args]
+            self._run([*pip, "-r", str(req)], "install the pinned requirements")
+            self._run([*pip, "--no-deps", "-r", str(nodeps)], "install the --no-deps requirements")
+        freeze = self._run([py, "-m", "pip", "freeze", "--all"], "list installed packages")
+        (into / "difflab-freeze.txt").write_text(freeze)
+        (into / ".difflab-complete").write_text(self.digest + "\n")
+
+    @staticmethod
+    def _run(cmd: list[str], what: str) -> str:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise EnvironmentSetupError(f"shared environment: could not {what} (exit {proc.returncode}):\n{tail}")
+        return proc.stdout
+
+    def describe(self) -> dict[str, Any]:
+        """What results record: Python version, package list, digest."""
+        freeze_file = self.path / "difflab-freeze.txt"
+        packages = sorted(
+            line.strip() for line in freeze_file.read_text().splitlines() if line.strip()
+        ) if freeze_file.exists() else []
+        version = subprocess.run(
+            [str(self.python), "-c", "import platform;print(platform.python_version())"],
+            capture_output=True, text=True,
+        ).stdout.strip()
+        return {
+            "kind": "shared-cpu-venv",
+            "digest": self.digest,
+            "python_version": version,
+            "platform": platform.platform(),
+            "packages": packages,
+            "requirements": _spec_text(REQUIREMENTS).splitlines(),
+            "requirements_nodeps": _spec_text(NODEPS_REQUIREMENTS).splitlines(),
+            "stubs": ["triton", "torchvision", "datasets"],
+        }
+
+    def describe_json(self) -> str:
+        return json.dumps(self.describe(), indent=2, sort_keys=True)

@@ -1,0 +1,215 @@
+"""Parse a matrix TOML file into :mod:`difflab.matrix.model` dataclasses.
+
+Every error names the file, the fix and the field, because the person
+reading it is usually editing that very line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from difflab.errors import ConfigError
+from difflab.matrix.model import CommitPin, Fix, Matrix, Mutation, ProbeSpec, ReleasePin, SidePin
+
+SCHEMA = 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_PROBE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FIX_KEYS = {
+    "id", "pr", "part", "title", "note", "base", "head", "commits", "upstream_tests", "probes", "mutations",
+}
+
+
+class _Where:
+    """Builds error messages that point at the offending spot."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {where}: {message}")
+
+
+def _table(w: _Where, where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise w.fail(where, f"expected a table, got {type(value).__name__}")
+    return value
+
+
+def _str(w: _Where, where: str, value: Any, *, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise w.fail(where, "expected a non-empty string")
+    return value
+
+
+def _release(w: _Where, version: str, raw: Any) -> ReleasePin:
+    where = f"releases.{version!r}"
+    table = _table(w, where, raw)
+    unknown = set(table) - {"file", "sha256"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    file = _str(w, f"{where}.file", table.get("file"))
+    sha = _str(w, f"{where}.sha256", table.get("sha256"))
+    assert file is not None and sha is not None
+    if not _SHA256.match(sha):
+        raise w.fail(f"{where}.sha256", "expected 64 lowercase hex digits")
+    if not file.endswith(".whl") or f"-{version}-" not in file:
+        raise w.fail(f"{where}.file", f"expected a wheel file name for version {version}")
+    return ReleasePin(version=version, file=file, sha256=sha)
+
+
+def _side(w: _Where, where: str, raw: Any, releases: dict[str, ReleasePin]) -> SidePin:
+    table = _table(w, where, raw)
+    unknown = set(table) - {"release", "commit", "unavailable"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    given = [k for k in ("release", "commit", "unavailable") if k in table]
+    if len(given) != 1:
+        raise w.fail(where, "give exactly one of release, commit or unavailable")
+    key = given[0]
+    value = _str(w, f"{where}.{key}", table[key])
+    if key == "release" and value not in releases:
+        raise w.fail(f"{where}.release", f"release {value!r} is not pinned under [releases]")
+    if key == "commit" and not _GIT_SHA.match(str(value)):
+        raise w.fail(f"{where}.commit", "expected a hex git SHA (7-40 digits)")
+    return SidePin(**{key: value})
+
+
+def _probe(w: _Where, where: str, raw: Any) -> ProbeSpec:
+    table = _table(w, where, raw)
+    unknown = set(table) - {"name", "expect", "controls"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    name = _str(w, f"{where}.name", table.get("name"))
+    assert name is not None
+    if not _PROBE_NAME.match(name):
+        raise w.fail(f"{where}.name", f"{name!r} is not a probe module name")
+    expect_raw = _table(w, f"{where}.expect", table.get("expect", {}))
+    if not expect_raw:
+        raise w.fail(f"{where}.expect", "a probe must declare at least one field the fix changes")
+    expect: dict[str, tuple[Any, Any]] = {}
+    for field, pair in expect_raw.items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise w.fail(f"{where}.expect.{field!r}", "expected [base_value, head_value]")
+        if pair[0] == pair[1]:
+            raise w.fail(f"{where}.expect.{field!r}", "base and head values are equal: that is a control")
+        expect[field] = (pair[0], pair[1])
+    controls = dict(_table(w, f"{where}.controls", table.get("controls", {})))
+    overlap = set(expect) & set(controls)
+    if overlap:
+        raise w.fail(where, f"field(s) {sorted(overlap)} are both expected to change and controls")
+    return ProbeSpec(name=name, expect=expect, controls=controls)
+
+
+def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str]) -> Mutation:
+    table = _table(w, where, raw)
+    unknown = set(table) - {"name", "file", "find", "replace", "targets"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    name = _str(w, f"{where}.name", table.get("name"))
+    file = _str(w, f"{where}.file", table.get("file"))
+    find = _str(w, f"{where}.find", table.get("find"))
+    replace = table.get("replace")
+    if not isinstance(replace, str):
+        raise w.fail(f"{where}.replace", "expected a string (may be empty)")
+    assert name and file and find
+    if file.startswith("/") or ".." in Path(file).parts:
+        raise w.fail(f"{where}.file", "must be a path relative to the source root")
+    targets = table.get("targets")
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
+        raise w.fail(f"{where}.targets", "expected a non-empty list of probe names")
+    for t in targets:
+        if t not in probe_names:
+            raise w.fail(f"{where}.targets", f"{t!r} is not one of this fix's probes")
+    return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets))
+
+
+def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fix:
+    table = _table(w, f"fixes[{index}]", raw)
+    fix_id = table.get("id")
+    where = f"fix {fix_id!r}" if isinstance(fix_id, str) else f"fixes[{index}]"
+    _str(w, f"{where}.id", fix_id)
+    unknown = set(table) - _FIX_KEYS
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    pr = table.get("pr")
+    if not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0:
+        raise w.fail(f"{where}.pr", "expected a positive pull-request number")
+    title = _str(w, f"{where}.title", table.get("title"))
+    part = _str(w, f"{where}.part", table.get("part"), required=False)
+    note = _str(w, f"{where}.note", table.get("note"), required=False)
+    for side in ("base", "head"):
+        if side not in table:
+            raise w.fail(f"{where}.{side}", "missing")
+    base = _side(w, f"{where}.base", table["base"], releases)
+    head = _side(w, f"{where}.head", table["head"], releases)
+    if base.unavailable:
+        raise w.fail(f"{where}.base", "the base side must be available: it is where the bug is shown")
+    commits: dict[str, CommitPin] = {}
+    for side, pin in _table(w, f"{where}.commits", table.get("commits", {})).items():
+        if side not in ("base", "head"):
+            raise w.fail(f"{where}.commits", f"unknown side {side!r}")
+        pin_t = _table(w, f"{where}.commits.{side}", pin)
+        sha = _str(w, f"{where}.commits.{side}.sha", pin_t.get("sha"))
+        if not _GIT_SHA.match(str(sha)):
+            raise w.fail(f"{where}.commits.{side}.sha", "expected a hex git SHA (7-40 digits)")
+        confirmed = pin_t.get("confirmed")
+        if not isinstance(confirmed, bool):
+            raise w.fail(f"{where}.commits.{side}.confirmed", "expected true or false")
+        commits[side] = CommitPin(sha=str(sha), confirmed=confirmed)
+    tests = table.get("upstream_tests", [])
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise w.fail(f"{where}.upstream_tests", "expected a list of paths")
+    probes_raw = table.get("probes", [])
+    if not isinstance(probes_raw, list):
+        raise w.fail(f"{where}.probes", "expected an array of tables ([[fixes.probes]])")
+    probes = tuple(_probe(w, f"{where}.probes[{i}]", p) for i, p in enumerate(probes_raw))
+    names = [p.name for p in probes]
+    if len(set(names)) != len(names):
+        raise w.fail(f"{where}.probes", "a probe is listed twice")
+    muts_raw = table.get("mutations", [])
+    if not isinstance(muts_raw, list):
+        raise w.fail(f"{where}.mutations", "expected an array of tables ([[fixes.mutations]])")
+    mutations = tuple(_mutation(w, f"{where}.mutations[{i}]", m, set(names)) for i, m in enumerate(muts_raw))
+    assert title is not None
+    return Fix(
+        id=str(fix_id), pr=pr, title=title, part=part, note=note, base=base, head=head,
+        commits=commits, upstream_tests=tuple(tests), probes=probes, mutations=mutations,
+    )
+
+
+def load_matrix(path: Path | str) -> Matrix:
+    """Read and validate a matrix file; raise :class:`ConfigError` naming what is wrong."""
+    path = Path(path)
+    w = _Where(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read matrix: {exc.strerror}") from None
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    if raw.get("schema") != SCHEMA:
+        raise w.fail("schema", f"expected schema = {SCHEMA}, got {raw.get('schema')!r}")
+    unknown = set(raw) - {"schema", "releases", "fixes"}
+    if unknown:
+        raise w.fail("top level", f"unknown field(s) {sorted(unknown)}")
+    releases = {
+        v: _release(w, v, r) for v, r in _table(w, "releases", raw.get("releases", {})).items()
+    }
+    fixes_raw = raw.get("fixes")
+    if not isinstance(fixes_raw, list) or not fixes_raw:
+        raise w.fail("fixes", "expected at least one [[fixes]] entry")
+    fixes = tuple(_fix(w, i, f, releases) for i, f in enumerate(fixes_raw))
+    ids = [f.id for f in fixes]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise w.fail("fixes", f"duplicate fix id(s) {dupes}")
+    return Matrix(path=path, sha256=hashlib.sha256(data).hexdigest(), releases=releases, fixes=fixes)

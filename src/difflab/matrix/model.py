@@ -1,0 +1,115 @@
+"""Validated matrix entries. Everything here is immutable and already checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReleasePin:
+    """One release wheel: the exact file the lab downloads and its sha256."""
+
+    version: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class CommitPin:
+    """A git commit quoted in public material; ``confirmed`` once resolved from a remote."""
+
+    sha: str
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class SidePin:
+    """Where one side (base or head) of a fix comes from.
+
+    Exactly one of ``release`` / ``commit`` is set, or ``unavailable`` says
+    why no source exists for this side.
+    """
+
+    release: str | None = None
+    commit: str | None = None
+    unavailable: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.release:
+            return self.release
+        if self.commit:
+            return self.commit[:12]
+        return "unavailable"
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A probe and what the fix must (``expect``) and must not (``controls``) change."""
+
+    name: str
+    expect: dict[str, tuple[Any, Any]]
+    controls: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A reverting edit against the head source that undoes the fix's essential lines."""
+
+    name: str
+    file: str
+    find: str
+    replace: str
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix (or one part of a fix) and how to judge it."""
+
+    id: str
+    pr: int
+    title: str
+    base: SidePin
+    head: SidePin
+    probes: tuple[ProbeSpec, ...]
+    part: str | None = None
+    note: str | None = None
+    commits: dict[str, CommitPin] = field(default_factory=dict)
+    upstream_tests: tuple[str, ...] = ()
+    mutations: tuple[Mutation, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"#{self.pr}{f'({self.part})' if self.part else ''}"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A whole matrix file."""
+
+    path: Path
+    sha256: str
+    releases: dict[str, ReleasePin]
+    fixes: tuple[Fix, ...]
+
+    def select(self, wanted: list[str] | None) -> list[Fix]:
+        """Fixes named by id (``43719a``) or PR number (``43719`` = every part)."""
+        from difflab.errors import ConfigError
+
+        if not wanted:
+            return list(self.fixes)
+        chosen: list[Fix] = []
+        for token in wanted:
+            token = token.lstrip("#")
+            hits = [f for f in self.fixes if f.id == token or str(f.pr) == token]
+            if not hits:
+                known = ", ".join(f.id for f in self.fixes)
+                raise ConfigError(f"{self.path}: unknown fix {token!r} (known: {known})")
+            chosen += [f for f in hits if f not in chosen]
+        return chosen
+
+    def fix(self, fix_id: str) -> Fix:
+        return self.select([fix_id])[0]

@@ -1,0 +1,222 @@
+"""What a probe sees while it drives real SGLang code.
+
+Runs inside the shared SGLang environment, so it uses the standard library
+only. Its job is to keep a probe honest: a fake that lacks an attribute, an
+exception that SGLang swallowed, or an error SGLang logged must surface as a
+probe *error*, never as a behavioural observation (SGLang's
+``transfer_worker`` and ``pop_transferred`` catch ``Exception`` and would
+otherwise turn a broken fake into a "fixed" verdict).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class MissingFakeAttribute(BaseException):
+    """A fake was asked for an attribute the probe did not give it.
+
+    Derives from ``BaseException`` so that SGLang's ``except Exception``
+    handlers cannot swallow it; the kit records it as well, in case code
+    catches ``BaseException``.
+    """
+
+
+class ProbeFailure(Exception):
+    """A probe decided it cannot observe anything meaningful."""
+
+
+@dataclass
+class Call:
+    """One recorded call: positional and keyword arguments as given."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class Recorder:
+    """A callable that records its calls and returns a fixed value or runs a side effect."""
+
+    def __init__(
+        self,
+        name: str,
+        returns: Any = None,
+        side_effect: Callable[..., Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.returns = returns
+        self.side_effect = side_effect
+        self.calls: list[Call] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(Call(args, kwargs))
+        if self.side_effect is not None:
+            return self.side_effect(*args, **kwargs)
+        return self.returns
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.name} x{self.count}>"
+
+
+class StrictFake:
+    """A stand-in for a GPU, transport or network collaborator.
+
+    Only the attributes given at construction (or set later) exist; reading
+    any other raises :class:`MissingFakeAttribute` naming it.
+    """
+
+    def __init__(self, kit: Kit, name: str, **attrs: Any) -> None:
+        object.__setattr__(self, "_kit", kit)
+        object.__setattr__(self, "_name", name)
+        for key, value in attrs.items():
+            object.__setattr__(self, key, value)
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__") and item.endswith("__"):
+            raise AttributeError(item)
+        kit: Kit = object.__getattribute__(self, "_kit")
+        name: str = object.__getattribute__(self, "_name")
+        qualified = f"{name}.{item}"
+        kit.missing_attributes.append(qualified)
+        raise MissingFakeAttribute(f"fake {qualified} is not provided by the probe")
+
+    def __repr__(self) -> str:
+        return f"<fake {object.__getattribute__(self, '_name')}>"
+
+
+@dataclass
+class LoggedError:
+    """An ERROR-or-worse log record emitted while the probe ran."""
+
+    logger: str
+    level: str
+    message: str
+    exc: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"logger": self.logger, "level": self.level, "message": self.message, "exc": self.exc}
+
+
+class _Collector(logging.Handler):
+    def __init__(self, sink: list[LoggedError]) -> None:
+        super().__init__(level=logging.ERROR)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = None
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = "".join(traceback.format_exception(*record.exc_info)).strip()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed log call must not hide the record
+            message = str(record.msg)
+        self.sink.append(LoggedError(record.name, record.levelname, message, exc))
+
+
+@dataclass
+class Kit:
+    """Handed to ``observe(kit)``; collects what the probe saw and what went wrong."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    missing_attributes: list[str] = field(default_factory=list)
+    raised: list[str] = field(default_factory=list)
+    logged_errors: list[LoggedError] = field(default_factory=list)
+    allowed_log_patterns: list[re.Pattern[str]] = field(default_factory=list)
+
+    # -- what SGLang is this? -------------------------------------------------
+    @functools.cached_property
+    def sglang_version(self) -> str:
+        import sglang.version
+
+        return str(sglang.version.__version__)
+
+    @functools.cached_property
+    def sglang_version_tuple(self) -> tuple[int, ...]:
+        parts = re.findall(r"\d+", self.sglang_version)[:3]
+        return tuple(int(p) for p in parts)
+
+    # -- fakes and recorders -------------------------------------------------
+    def fake(self, name: str, **attrs: Any) -> StrictFake:
+        """A strict fake collaborator with exactly ``attrs``."""
+        return StrictFake(self, name, **attrs)
+
+    def recorder(
+        self,
+        name: str,
+        returns: Any = None,
+        side_effect: Callable[..., Any] | None = None,
+    ) -> Recorder:
+        """A callable that counts calls; ``side_effect`` runs under :meth:`guard`."""
+        if side_effect is not None:
+            side_effect = self.guard(side_effect, name)
+        return Recorder(name, returns, side_effect)
+
+    def guard(self, fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+        """Wrap a fake's callable so any exception it raises is recorded before SGLang sees it."""
+        label = name or getattr(fn, "__name__", repr(fn))
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                self.raised.append(f"{label}: {type(exc).__name__}: {exc}")
+                raise
+
+        return wrapper
+
+    def expect_raised(self, pattern: str) -> None:
+        """Declare that a fake raising (matching ``pattern``) is part of the scenario."""
+        regex = re.compile(pattern)
+        self.raised = [r for r in self.raised if not regex.search(r)]
+
+    # -- events and logs -----------------------------------------------------
+    def event(self, name: str, **data: Any) -> None:
+        """Record a named lifecycle event (enqueued, sender created, ack sent...)."""
+        self.events.append({"event": name, **data})
+
+    def allow_log(self, pattern: str) -> None:
+        """An ERROR log matching ``pattern`` is expected in this scenario (e.g. 'transfer failed')."""
+        self.allowed_log_patterns.append(re.compile(pattern))
+
+    @contextlib.contextmanager
+    def capture_logs(self) -> Iterator[None]:
+        """Collect ERROR records from every logger while the body runs."""
+        handler = _Collector(self.logged_errors)
+        root = logging.getLogger()
+        root.addHandler(handler)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+
+    def unexpected_logs(self) -> list[LoggedError]:
+        """Logged errors that carry an exception or match no allowed pattern."""
+        out = []
+        for rec in self.logged_errors:
+            text = rec.message + "\n" + (rec.exc or "")
+            if any(p.search(text) for p in self.allowed_log_patterns):
+                continue
+            out.append(rec)
+        return out
+
+    def problems(self) -> list[str]:
+        """Everything that makes this probe's observation untrustworthy."""
+        found = [f"missing fake attribute: {m}" for m in dict.fromkeys(self.missing_attributes)]
+        found += [f"exception raised inside a fake: {r}" for r in self.raised]
+        found += [
+            f"SGLang logged an error ({r.logger}): {r.message}" + (f"\n{r.exc}" if r.exc else "")
+            for r in self.unexpected_logs()
+        ]
+        return found

@@ -1,0 +1,65 @@
+"""Progress and final tables on the terminal (``rich``: live bars without hand-rolled ANSI)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from difflab.diff.verdict import FixVerdict
+from difflab.observation import Observation
+from difflab.runner.base import ProbeJob, Runner
+
+STYLE = {
+    "confirmed": "green", "unavailable": "yellow", "not-fixed": "red", "not-reproduced": "red",
+    "control-drift": "magenta", "error": "bold red",
+}
+
+
+class Reporter:
+    """Writes to stderr so stdout stays clean for machine-readable output."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self._lock = threading.Lock()
+
+    def say(self, message: str) -> None:
+        self.console.print(f"[dim]·[/dim] {message}")
+
+    def track(self, runner: Runner, jobs: Sequence[ProbeJob]) -> list[Observation]:
+        if not jobs:
+            return []
+        with Progress(
+            TextColumn("[bold]probes[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"), console=self.console, transient=False,
+        ) as bar:
+            task = bar.add_task("", total=len(jobs))
+
+            def done(obs: Observation) -> None:
+                with self._lock:
+                    mark = {"ok": "[green]ok[/green]"}.get(obs.status, f"[red]{obs.status}[/red]")
+                    cached = " (cached)" if obs.cached else ""
+                    bar.console.print(
+                        f"  {obs.fix:>7} {obs.side:<4} {obs.probe:<36} {mark} {obs.duration_s:6.2f}s{cached}"
+                    )
+                    bar.advance(task)
+
+            return runner.run(jobs, on_done=done)
+
+    def table(self, verdicts: list[FixVerdict], out: Path | None = None) -> None:
+        table = Table(title="verdicts", show_lines=False)
+        for col in ("fix", "base", "head", "verdict", "reason"):
+            table.add_column(col, overflow="fold")
+        for v in verdicts:
+            style = STYLE.get(v.verdict, "")
+            table.add_row(
+                f"#{v.fix}{f'({v.part})' if v.part else ''}", str(v.base.get("label", "")),
+                str(v.head.get("label", "")), f"[{style}]{v.verdict}[/{style}]", v.reason,
+            )
+        self.console.print(table)
+        if out is not None:
+            self.console.print(f"results: {out}")

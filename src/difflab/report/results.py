@@ -1,0 +1,22 @@
+"""``diff.json``: the machine-readable verdicts with every observation inline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from difflab.diff.verdict import FixVerdict
+from difflab.observation import SCHEMA_VERSION
+
+
+def diff_document(verdicts: list[FixVerdict], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "fixes": [v.to_dict() for v in verdicts]}
+    doc["passed"] = all(v.passed for v in verdicts)
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def write_diff_json(path: Path, verdicts: list[FixVerdict], extra: dict[str, Any] | None = None) -> None:
+    path.write_text(json.dumps(diff_document(verdicts, extra), indent=2, sort_keys=True) + "\n")

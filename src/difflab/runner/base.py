@@ -1,0 +1,82 @@
+"""What an execution back end must answer, and the pieces they share."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from difflab.observation import Observation
+from difflab.source.base import MaterialisedSource
+
+DEFAULT_TIMEOUT_S = 180.0
+"""Per probe: a cold SGLang import takes 5-10 s; anything near this is a hang."""
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """Run probe ``probe`` (a file in ``probes/``) for one side of one fix."""
+
+    fix_id: str
+    probe: str
+    side: str
+    source: MaterialisedSource
+    probe_file: Path
+    log_path: Path | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+Progress = Callable[[Observation], None]
+
+
+class Runner(Protocol):
+    """Runs probe jobs; never raises for a probe's failure (that is an ``error`` observation)."""
+
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        """Recorded in run.json (e.g. the Docker image digest)."""
+        ...
+
+    def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
+        """One observation per job, in job order."""
+        ...
+
+
+def observation_from_raw(job: ProbeJob, raw: dict[str, Any], runner: str) -> Observation:
+    """Turn the child's raw JSON into an :class:`Observation` for ``job``."""
+    return Observation(
+        fix=job.fix_id,
+        probe=job.probe,
+        side=job.side,
+        source=dict(job.source.identity),
+        status="ok" if raw.get("status") == "ok" else "error",
+        fields=raw.get("fields") or {},
+        events=raw.get("events") or [],
+        problems=raw.get("problems") or [],
+        error=raw.get("error"),
+        sglang_version=raw.get("sglang_version"),
+        duration_s=float(raw.get("duration_s") or 0.0),
+        runner=runner,
+    )
+
+
+def error_observation(job: ProbeJob, runner: str, message: str, duration_s: float = 0.0) -> Observation:
+    """A crash, hang or unreadable result: recorded, never raised."""
+    return Observation(
+        fix=job.fix_id, probe=job.probe, side=job.side, source=dict(job.source.identity),
+        status="error", error=message, duration_s=duration_s, runner=runner,
+    )
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError("probe result is not a JSON object")
+    return data
+
+
+def tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])

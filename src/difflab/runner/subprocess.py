@@ -1,0 +1,127 @@
+"""One fresh process of the shared environment per probe.
+
+The simplest back end and the reference the others are compared with: each
+probe pays the full SGLang import (~5-9 s) but shares nothing with any other
+probe. A crash, a hang (killed at the timeout) or an unreadable result
+becomes an ``error`` observation with the log; the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.environment.shared import SharedEnvironment
+from difflab.observation import Observation
+from difflab.runner import childlib
+from difflab.runner.base import (
+    ProbeJob,
+    Progress,
+    error_observation,
+    observation_from_raw,
+    read_raw,
+    tail,
+)
+
+PROCESS_MEMORY_BYTES = 700 * 1024 * 1024
+"""Peak RSS of one probe process with SGLang imported (measured ~500 MB, with headroom)."""
+
+
+def default_workers() -> int:
+    """As many probe processes as cores, but never more than memory holds."""
+    cores = os.cpu_count() or 1
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return cores
+    return max(1, min(cores, int(avail // PROCESS_MEMORY_BYTES)))
+
+
+def probe_env(source_root: Path, child_root: Path) -> dict[str, str]:
+    """The child's environment: only the source and the staged child modules on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(
+        PYTHONPATH=f"{source_root}{os.pathsep}{child_root}",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONHASHSEED="0",
+        CUDA_VISIBLE_DEVICES="",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+@dataclass
+class SubprocessRunner:
+    """``--backend subprocess``: a new interpreter for every probe."""
+
+    environment: SharedEnvironment = field(default_factory=SharedEnvironment)
+    workers: int = field(default_factory=default_workers)
+    name: str = "subprocess"
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}
+
+    def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
+        child_root = childlib.stage()
+
+        def one(job: ProbeJob) -> Observation:
+            obs = self.run_one(job, child_root)
+            if on_done:
+                on_done(obs)
+            return obs
+
+        if self.workers <= 1 or len(jobs) <= 1:
+            return [one(j) for j in jobs]
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(one, jobs))
+
+    def run_one(self, job: ProbeJob, child_root: Path) -> Observation:
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="difflab-probe-") as tmp:
+            out = Path(tmp) / "result.json"
+            cmd = [str(self.environment.python), "-m", "difflab.probe.child", str(job.probe_file), str(out)]
+            try:
+                proc = subprocess.run(
+                    cmd, env=probe_env(job.source.root, child_root), cwd=tmp,
+                    capture_output=True, text=True, timeout=job.timeout_s,
+                )
+                log, code = (proc.stdout or "") + (proc.stderr or ""), proc.returncode
+            except subprocess.TimeoutExpired as exc:
+                log = _text(exc.stdout) + _text(exc.stderr)
+                _write_log(job, log)
+                return error_observation(
+                    job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}",
+                    time.perf_counter() - started,
+                )
+            _write_log(job, log)
+            if not out.exists():
+                return error_observation(
+                    job, self.name, f"probe process died (exit {code}) without a result\n{tail(log)}",
+                    time.perf_counter() - started,
+                )
+            try:
+                raw = read_raw(out)
+            except ValueError as exc:
+                return error_observation(job, self.name, f"unreadable probe result: {exc}")
+        return observation_from_raw(job, raw, self.name)
+
+
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def _write_log(job: ProbeJob, log: str) -> None:
+    if job.log_path is not None:
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        job.log_path.write_text(log)
