@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
-Status = Literal["ok", "error", "unavailable"]
+Status = Literal["ok", "error", "unavailable", "n/a"]
 Side = Literal["base", "head"]
 
 

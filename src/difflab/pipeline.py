@@ -49,6 +49,9 @@ class RunRequest:
     use_cache: bool = True
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     runner_options: dict[str, Any] = field(default_factory=dict)
+    sides: tuple[str, ...] = SIDES
+    selfcheck: bool = False
+    """Both sides give verdicts; one side (``difflab observe``) only records observations."""
 
 
 @dataclass
@@ -86,12 +89,12 @@ def side_pin(fix: Fix, side: str, source_kind: str) -> SidePin:
 
 
 def materialise_sides(
-    fixes: list[Fix], backend: SourceBackend, source_kind: str, say: Say
+    fixes: list[Fix], backend: SourceBackend, source_kind: str, say: Say, sides: tuple[str, ...] = SIDES
 ) -> dict[tuple[str, str], MaterialisedSource | str]:
     """Source per (fix, side), or the reason it is unavailable."""
     out: dict[tuple[str, str], MaterialisedSource | str] = {}
     for fix in fixes:
-        for side in SIDES:
+        for side in sides:
             pin = side_pin(fix, side, source_kind)
             if pin.unavailable:
                 out[(fix.id, side)] = pin.unavailable
@@ -113,6 +116,8 @@ def build_jobs(
     pdir = probes_dir()
     for fix in fixes:
         for side in SIDES:
+            if (fix.id, side) not in sources:
+                continue
             src = sources[(fix.id, side)]
             for spec in fix.probes:
                 if isinstance(src, str):
@@ -166,7 +171,9 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
     try:
         backend = _source_backend(req, matrix)
-        sources = materialise_sides(fixes, backend, req.source_kind, say)
+        if not set(req.sides) <= set(SIDES) or not req.sides:
+            raise ConfigError(f"--side must be base or head, got {req.sides}")
+        sources = materialise_sides(fixes, backend, req.source_kind, say, req.sides)
         env = SharedEnvironment()
         if req.runner != "docker":
             env.ensure(progress=say)
@@ -179,24 +186,25 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         all_obs = known + observed
         for obs in all_obs:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
-        by_key = {(o.fix, o.side, o.probe): o for o in all_obs}
-        verdicts = []
-        for fix in fixes:
-            per_side = {
-                side: {spec.name: by_key[(fix.id, side, spec.name)] for spec in fix.probes
-                       if (fix.id, side, spec.name) in by_key}
-                for side in SIDES
-            }
-            verdicts.append(judge_fix(
-                fix, per_side["base"], per_side["head"],
-                source_label(sources[(fix.id, "base")]), source_label(sources[(fix.id, "head")]),
-            ))
-        exit_code = 0 if all(v.passed for v in verdicts) else 1
+        verdicts: list[FixVerdict] = []
+        if tuple(req.sides) == SIDES:
+            verdicts = judge_all(fixes, all_obs, {k: source_label(v) for k, v in sources.items()})
+            exit_code = 0 if all(v.passed for v in verdicts) else 1
+        else:  # one side of a CI fan-out: verdicts come from `difflab merge`
+            exit_code = 0 if all(o.status != "error" for o in all_obs) else 1
+        if req.selfcheck:
+            from difflab.selfcheck import run_selfcheck, write_selfcheck
+
+            heads = {fid: src for (fid, side), src in sources.items()
+                     if side == "head" and isinstance(src, MaterialisedSource)}
+            checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
+            write_selfcheck(work, checks)
+            if not all(c.passed for c in checks):
+                exit_code = 1
         finished = dt.datetime.now(dt.UTC)
         _write_run_files(work, req, matrix, fixes, sources, env, runner, started, finished, exit_code)
-        write_diff_json(work / "diff.json", verdicts)
-        write_junit(work / "junit.xml", verdicts)
-        write_summary(work / "summary.md", verdicts)
+        if verdicts:
+            write_reports(work, verdicts)
         if req.bundle:
             from difflab.bundle import seal
 
@@ -206,8 +214,36 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    reporter.table(verdicts, out)
+    if verdicts:
+        reporter.table(verdicts, out)
+    else:
+        say(f"observations: {out}")
     return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
+
+
+def judge_all(
+    fixes: list[Fix], observations: list[Observation], labels: dict[tuple[str, str], dict[str, Any]]
+) -> list[FixVerdict]:
+    """Verdict per fix from a flat list of observations (from one run or merged CI cells)."""
+    by_key = {(o.fix, o.side, o.probe): o for o in observations}
+    verdicts = []
+    for fix in fixes:
+        per_side = {
+            side: {spec.name: by_key[(fix.id, side, spec.name)] for spec in fix.probes
+                   if (fix.id, side, spec.name) in by_key}
+            for side in SIDES
+        }
+        verdicts.append(judge_fix(
+            fix, per_side["base"], per_side["head"],
+            labels.get((fix.id, "base"), {"label": "missing"}), labels.get((fix.id, "head"), {"label": "missing"}),
+        ))
+    return verdicts
+
+
+def write_reports(folder: Path, verdicts: list[FixVerdict]) -> None:
+    write_diff_json(folder / "diff.json", verdicts)
+    write_junit(folder / "junit.xml", verdicts)
+    write_summary(folder / "summary.md", verdicts)
 
 
 def _write_run_files(
@@ -221,7 +257,8 @@ def _write_run_files(
         "schema": SCHEMA_VERSION,
         "tool": "sglang-difflab",
         "tool_version": __version__,
-        "command": "run",
+        "command": "run" if tuple(req.sides) == SIDES else "observe",
+        "sides": list(req.sides),
         "argv": req.argv,
         "started_at": started.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "finished_at": finished.isoformat(timespec="seconds").replace("+00:00", "Z"),

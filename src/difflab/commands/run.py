@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="per-probe timeout in seconds")
     parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a signed bundle")
     parser.add_argument("--key", type=Path, help="Ed25519 private key (PEM) for signing the bundle")
+    parser.add_argument("--selfcheck", action="store_true",
+                        help="also apply each fix's reverting mutations to its head (causality self-check)")
     parser.add_argument("--no-cache", dest="use_cache", action="store_false", help="ignore cached probe results")
 
 
@@ -32,5 +34,6 @@ def main(args: argparse.Namespace) -> int:
     req = RunRequest(
         matrix=args.matrix, fixes=args.fixes, out=args.out, source_kind=args.source_kind, repo=args.repo,
         runner=args.runner, bundle=args.bundle, key=args.key, timeout_s=args.timeout, use_cache=args.use_cache,
+        selfcheck=getattr(args, "selfcheck", False),
     )
     return execute(req).exit_code

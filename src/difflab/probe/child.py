@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.environment import stubs
-from difflab.probe.kit import Kit, MissingFakeAttribute
+from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
 
 RESULT_KEYS = ("status", "fields", "events", "problems", "error", "sglang_version", "duration_s")
 
@@ -62,6 +62,9 @@ def run_probe(path: Path, kit: Kit | None = None) -> dict[str, Any]:
         if not isinstance(fields, dict):
             raise TypeError(f"observe() returned {type(fields).__name__}, expected dict")
         result["fields"] = {str(k): _jsonable(v, str(k)) for k, v in sorted(fields.items())}
+    except NotApplicable as exc:
+        result["status"] = "n/a"
+        result["error"] = f"not applicable: {exc}"
     except MissingFakeAttribute as exc:
         result["status"] = "error"
         result["error"] = f"probe fake incomplete: {exc}"

@@ -33,6 +33,10 @@ class ProbeFailure(Exception):
     """A probe decided it cannot observe anything meaningful."""
 
 
+class NotApplicable(Exception):  # noqa: N818 - reads as a result, not a failure
+    """The code path this probe drives does not exist in this source (a ``n/a`` cell, not a bug)."""
+
+
 @dataclass
 class Call:
     """One recorded call: positional and keyword arguments as given."""
@@ -145,6 +149,10 @@ class Kit:
     def sglang_version_tuple(self) -> tuple[int, ...]:
         parts = re.findall(r"\d+", self.sglang_version)[:3]
         return tuple(int(p) for p in parts)
+
+    def not_applicable(self, reason: str) -> None:
+        """Stop: this source lacks the code path the probe is about (reported as ``n/a``)."""
+        raise NotApplicable(reason)
 
     # -- fakes and recorders -------------------------------------------------
     def fake(self, name: str, **attrs: Any) -> StrictFake:

@@ -33,7 +33,10 @@ def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verifica
                 "| field | kind | base | head | declared base → head | |", "|---|---|---|---|---|---|",
             ]
             for f in p.fields:
-                declared = f"{f.declared_base!r} → {f.declared_head!r}" if f.kind == "expect" else f"= {f.declared_base!r}"
+                if f.kind == "expect":
+                    declared = f"{f.declared_base!r} → {f.declared_head!r}"
+                else:
+                    declared = f"= {f.declared_base!r}"
                 lines.append(
                     f"| `{f.field}` | {f.kind} | {_cell(repr(f.base))} | {_cell(repr(f.head))} | {_cell(declared)} "
                     f"| {'✓' if f.ok else '✗'} |"

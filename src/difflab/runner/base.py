@@ -52,7 +52,7 @@ def observation_from_raw(job: ProbeJob, raw: dict[str, Any], runner: str) -> Obs
         probe=job.probe,
         side=job.side,
         source=dict(job.source.identity),
-        status="ok" if raw.get("status") == "ok" else "error",
+        status=raw.get("status") if raw.get("status") in ("ok", "n/a") else "error",
         fields=raw.get("fields") or {},
         events=raw.get("events") or [],
         problems=raw.get("problems") or [],

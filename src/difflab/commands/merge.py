@@ -1,0 +1,25 @@
+"""``difflab merge``: verdicts from the observations of separate CI cells."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from difflab.merge import merge
+from difflab.progress import Reporter
+
+NAME = "merge"
+HELP = "judge observations written by `difflab observe` runs (one folder per CI cell)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folders", nargs="+", type=Path, help="folders holding observe results")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the merged results")
+    parser.add_argument("--matrix", type=Path, help="matrix (default: the matrix.toml the cells recorded)")
+    parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a bundle")
+
+
+def main(args: argparse.Namespace) -> int:
+    verdicts = merge(args.folders, args.out, args.matrix, args.bundle)
+    Reporter().table(verdicts, args.out)
+    return 0 if all(v.passed for v in verdicts) else 1

@@ -1,0 +1,167 @@
+"""Which release carries which fix, decided by behaviour rather than version strings.
+
+Every fix's probes run on every listed release; each cell says whether that
+release behaves like the fix's head (``fixed``), its base (``bug``), a mix
+(``partial``), could not be judged (``error``) or lacks the code path
+(``n/a``). The matrix's base/head pins give the release map it is expected
+to reproduce; any disagreement is reported next to the table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.diff.classify import Match, classify, controls_hold
+from difflab.environment.shared import SharedEnvironment
+from difflab.errors import ConfigError
+from difflab.matrix import Fix, Matrix, load_matrix
+from difflab.observation import Observation
+from difflab.paths import probes_dir, repo_root
+from difflab.runner import ProbeJob, Runner
+from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.source.release import ReleaseSource
+
+CELLS = ("fixed", "bug", "partial", "error", "n/a")
+
+
+@dataclass
+class Cell:
+    """One fix on one release."""
+
+    fix: str
+    release: str
+    verdict: str
+    expected: str | None
+    probes: dict[str, str] = field(default_factory=dict)
+    detail: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        return self.expected is None or self.expected == self.verdict
+
+
+def expected_cell(fix: Fix, release: str, order: list[str]) -> str | None:
+    """What the matrix's pins imply: releases from the head release on are fixed, before it bug."""
+    if fix.head.release and fix.head.release in order and release in order:
+        return "fixed" if order.index(release) >= order.index(fix.head.release) else "bug"
+    if fix.head.unavailable and fix.base.release:
+        return "bug"  # no release carries the head: every release shows the base behaviour
+    return None
+
+
+def judge_cell(fix: Fix, release: str, obs: dict[str, Observation], expected: str | None) -> Cell:
+    matches: dict[str, str] = {}
+    drift: list[str] = []
+    for spec in fix.probes:
+        o = obs.get(spec.name)
+        if o is not None and o.status == "n/a":
+            matches[spec.name] = "n/a"
+            continue
+        m = classify(o, spec)
+        matches[spec.name] = m.value
+        if m is not Match.ERROR:
+            drift += [f"{spec.name}:{c}" for c in controls_hold(o, spec)]
+    values = set(matches.values())
+    if not fix.probes:
+        verdict, detail = "n/a", "no probes declared"
+    elif "error" in values or drift:
+        verdict = "error"
+        detail = "; ".join(
+            [f"{n}: {(obs[n].error or '').strip().splitlines()[-1:] or ['error']}" for n, v in matches.items()
+             if v == "error" and n in obs]
+            + ([f"controls off: {', '.join(drift)}"] if drift else [])
+        )
+    elif values == {"n/a"}:
+        verdict, detail = "n/a", "; ".join(f"{n}: {obs[n].error}" for n in matches if n in obs)
+    elif values == {"head"}:
+        verdict, detail = "fixed", ""
+    elif values == {"base"}:
+        verdict, detail = "bug", ""
+    else:
+        verdict = "partial"
+        detail = ", ".join(f"{n}={v}" for n, v in matches.items())
+    return Cell(fix=fix.id, release=release, verdict=verdict, expected=expected, probes=matches, detail=detail)
+
+
+def _jobs(matrix: Matrix, fixes: list[Fix], releases: list[str], work: Path) -> list[ProbeJob]:
+    backend = ReleaseSource(matrix.releases)
+    jobs = []
+    for release in releases:
+        src = backend.release(release)
+        for fix in fixes:
+            for spec in fix.probes:
+                jobs.append(ProbeJob(
+                    fix_id=fix.id, probe=spec.name, side=release, source=src,
+                    probe_file=probes_dir() / f"{spec.name}.py",
+                    log_path=work / "observations" / fix.id / release / f"{spec.name}.log",
+                    timeout_s=DEFAULT_TIMEOUT_S,
+                ))
+    return jobs
+
+
+def render_markdown(fixes: list[Fix], releases: list[str], cells: list[Cell]) -> str:
+    by = {(c.fix, c.release): c for c in cells}
+    lines = ["# Release containment by behaviour", "", "| fix | " + " | ".join(releases) + " |",
+             "|---|" + "---|" * len(releases)]
+    for fix in fixes:
+        row = []
+        for r in releases:
+            c = by[(fix.id, r)]
+            row.append(c.verdict + ("" if c.agrees else f" (expected {c.expected})"))
+        lines.append(f"| {fix.label} | " + " | ".join(row) + " |")
+    notes = [c for c in cells if c.detail]
+    if notes:
+        lines += ["", "## Details", ""] + [f"- {c.fix} @ {c.release}: {c.detail}" for c in notes]
+    return "\n".join(lines) + "\n"
+
+
+def run_contains(
+    matrix_path: Path, fix_ids: list[str] | None, releases: list[str] | None, out: Path | None, runner: Runner,
+    env: SharedEnvironment, track: Any,
+) -> tuple[list[Fix], list[str], list[Cell], Path]:
+    matrix = load_matrix(matrix_path)
+    fixes = matrix.select(fix_ids)
+    order = sorted(matrix.releases, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
+    releases = releases or order
+    unknown = [r for r in releases if r not in matrix.releases]
+    if unknown:
+        raise ConfigError(f"{matrix.path}: release(s) {unknown} are not pinned under [releases]")
+    out = (out or repo_root() / "results" / ("contains-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")))
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    try:
+        env.ensure()
+        observed = track(runner, _jobs(matrix, fixes, releases, work))
+        for o in observed:
+            o.write(work / "observations" / o.fix / o.side / f"{o.probe}.json")
+        by = {(o.fix, o.side, o.probe): o for o in observed}
+        cells = [
+            judge_cell(
+                fix, r, {s.name: by[(fix.id, r, s.name)] for s in fix.probes if (fix.id, r, s.name) in by},
+                expected_cell(fix, r, order),
+            )
+            for fix in fixes for r in releases
+        ]
+        doc = {
+            "schema": 1, "releases": releases, "fixes": [f.id for f in fixes],
+            "cells": [asdict(c) | {"agrees": c.agrees} for c in cells],
+            "agrees": all(c.agrees for c in cells),
+        }
+        (work / "contains.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        (work / "contains.md").write_text(render_markdown(fixes, releases, cells))
+        shutil.copyfile(matrix.path, work / "matrix.toml")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return fixes, releases, cells, out

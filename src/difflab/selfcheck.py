@@ -1,0 +1,198 @@
+"""Causality self-check: revert only the fix's lines, and its probes must flip back.
+
+A release-level diff carries hundreds of unrelated changes, so a probe that
+flips between two releases has not yet shown that *the fix* is what it sees.
+Each matrix mutation is a small exact edit that undoes the fix's essential
+lines in the head source. The mutated copy (hard links to the pristine cache,
+the edited file a real copy, so the cache is never touched) must show the
+base behaviour on the targeted probes while every control keeps its value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.diff.classify import Match, classify, controls_hold, field_side
+from difflab.matrix import Fix, Mutation
+from difflab.observation import Observation
+from difflab.paths import cache_root, probes_dir
+from difflab.runner import ProbeJob
+from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.source import MaterialisedSource
+
+OUTCOMES = ("causal", "insensitive", "mutation-stale", "error")
+
+
+@dataclass
+class MutationResult:
+    """What one reverting mutation did to the fix's probes."""
+
+    fix: str
+    mutation: str
+    file: str
+    head: str
+    outcome: str
+    reason: str
+    probes: dict[str, str] = field(default_factory=dict)  # probe -> classification under the mutation
+    observations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "causal"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"passed": self.passed}
+
+
+class StaleMutation(Exception):  # noqa: N818 - an outcome, reported as mutation-stale
+    """The text a mutation expects is not in the head source (the code moved)."""
+
+
+def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | None = None) -> MaterialisedSource:
+    """A copy of ``source`` with ``mutation`` applied; the pristine cache is never modified."""
+    target_file = source.root / mutation.file
+    if not target_file.is_file():
+        raise StaleMutation(f"{mutation.file} does not exist in {source.label}")
+    text = target_file.read_text()
+    hits = text.count(mutation.find)
+    if hits != 1:
+        where = "not found" if hits == 0 else f"found {hits} times (must be unique)"
+        raise StaleMutation(f"expected text {where} in {mutation.file} of {source.label}")
+    key = hashlib.sha256(
+        "\0".join([source.digest, mutation.file, mutation.find, mutation.replace]).encode()
+    ).hexdigest()[:16]
+    root = (cache or cache_root()) / "mutated"
+    dest = root / f"{source.label}-{mutation.name}-{key}"
+    if not (dest / mutation.file).exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".mutating-"))
+        try:
+            shutil.copytree(source.root / "sglang", tmp / "sglang", copy_function=os.link)
+            edited = tmp / mutation.file
+            edited.unlink()  # break the hard link before writing
+            edited.write_text(text.replace(mutation.find, mutation.replace))
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
+    return MaterialisedSource(
+        label=f"{source.label}+{mutation.name}", kind="mutated", root=dest, identity=identity,
+        digest=f"{source.digest}+mut:{key}",
+    )
+
+
+def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str, Observation]) -> MutationResult:
+    """Causal only if every targeted probe shows the base values and every control holds."""
+
+    def result(outcome: str, reason: str, probes: dict[str, str]) -> MutationResult:
+        return MutationResult(
+            fix=fix.id, mutation=mutation.name, file=mutation.file, head=head_label, outcome=outcome,
+            reason=reason, probes=probes, observations=[o.to_dict() for o in obs.values()],
+        )
+
+    classes = {spec.name: classify(obs.get(spec.name), spec).value for spec in fix.probes}
+    errors = [n for n, c in classes.items() if c == Match.ERROR.value]
+    if errors:
+        why = "; ".join(f"{n}: {(obs[n].error or 'no observation').strip().splitlines()[-1]}"
+                        for n in errors if n in obs)
+        return result("error", f"no trustworthy observation under the mutation: {why or errors}", classes)
+    drift = [f"{spec.name}:{c}" for spec in fix.probes for c in controls_hold(obs.get(spec.name), spec)]
+    if drift:
+        return result("error", "the mutation changed control field(s), so it reverts more than the fix: "
+                      + ", ".join(drift), classes)
+    specs = {s.name: s for s in fix.probes}
+    unflipped = [
+        f"{name}:{f}" for name in mutation.targets for f, pair in specs[name].expect.items()
+        if field_side(obs[name].fields.get(f), pair) != "base"
+    ]
+    if unflipped:
+        return result("insensitive", "targeted field(s) did not return to the base behaviour: "
+                      + ", ".join(unflipped), classes)
+    return result("causal", "reverting the fix's lines brings back the base behaviour; controls hold", classes)
+
+
+def selfcheck_jobs(
+    fix: Fix, mutation: Mutation, mutated: MaterialisedSource, work: Path, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[ProbeJob]:
+    return [
+        ProbeJob(
+            fix_id=fix.id, probe=spec.name, side=f"mutated-{mutation.name}", source=mutated,
+            probe_file=probes_dir() / f"{spec.name}.py",
+            log_path=work / "selfcheck" / fix.id / mutation.name / f"{spec.name}.log", timeout_s=timeout_s,
+        )
+        for spec in fix.probes
+    ]
+
+
+def run_selfcheck(
+    fixes: list[Fix], heads: dict[str, MaterialisedSource], runner: Any, work: Path, track: Any,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[MutationResult]:
+    """Apply every mutation of every fix to its head source and judge the probes' reaction."""
+    results: list[MutationResult] = []
+    pending: list[tuple[Fix, Mutation, MaterialisedSource]] = []
+    for fix in fixes:
+        head = heads.get(fix.id)
+        if head is None:
+            continue  # no head source (unavailable): nothing to revert
+        if not fix.mutations:
+            results.append(MutationResult(
+                fix=fix.id, mutation="(none)", file="", head=head.label, outcome="error",
+                reason="no reverting mutation declared for this fix in the matrix",
+            ))
+            continue
+        for mutation in fix.mutations:
+            try:
+                pending.append((fix, mutation, mutated_copy(head, mutation)))
+            except StaleMutation as exc:
+                results.append(MutationResult(
+                    fix=fix.id, mutation=mutation.name, file=mutation.file, head=head.label,
+                    outcome="mutation-stale", reason=f"fix {fix.id}, {exc}",
+                ))
+    jobs = [j for fix, m, src in pending for j in selfcheck_jobs(fix, m, src, work, timeout_s)]
+    observed = track(runner, jobs) if jobs else []
+    by = {(o.fix, o.side, o.probe): o for o in observed}
+    for fix, mutation, _src in pending:
+        side = f"mutated-{mutation.name}"
+        obs = {s.name: by[(fix.id, side, s.name)] for s in fix.probes if (fix.id, side, s.name) in by}
+        results.append(judge_mutation(fix, mutation, heads[fix.id].label, obs))
+    order = {f.id: i for i, f in enumerate(fixes)}
+    return sorted(results, key=lambda r: (order.get(r.fix, 0), r.mutation))
+
+
+def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
+    """selfcheck.json, selfcheck-junit.xml and selfcheck.md beside the run's other results."""
+    import json
+
+    from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
+
+    doc = {"schema": 1, "passed": all(r.passed for r in results), "mutations": [r.to_dict() for r in results]}
+    (folder / "selfcheck.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    suite = TestSuite("difflab-selfcheck")
+    for r in results:
+        case = TestCase(name=r.mutation, classname=f"selfcheck.{r.fix}")
+        if r.outcome == "error":
+            case.result = [Error(r.reason, r.outcome)]
+        elif r.outcome != "causal":
+            case.result = [Failure(r.reason, r.outcome)]
+        suite.add_testcase(case)
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    xml.write(str(folder / "selfcheck-junit.xml"), pretty=True)
+    lines = ["# Causality self-check", "",
+             "Each mutation reverts only the fix's essential lines in the head source; the targeted probes",
+             "must return to the base behaviour while controls hold.", "",
+             "| fix | mutation | file | head | outcome | reason |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | "
+                     f"{r.reason.replace('|', '/')} |")
+    (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")

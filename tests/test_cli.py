@@ -1,0 +1,63 @@
+"""Bad input gets a clear message, exit 2, and never replaces a good result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from difflab.cli import main
+from difflab.paths import default_matrix
+from matrix_samples import FIX, RELEASES
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "difflab", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_every_command_has_help() -> None:
+    out = run_cli(["--help"])
+    assert out.returncode == 0
+    for name in ("run", "observe", "merge", "contains", "selfcheck"):
+        assert name in out.stdout
+
+
+def test_malformed_matrix_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text((RELEASES + FIX).replace("pr = 38935", "pr = -1"))
+    assert main(["run", "--matrix", str(bad), "--out", str(tmp_path / "o"), "--no-bundle"]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "fix '38935'.pr" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_fix_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--fix", "12345", "--out", str(tmp_path / "o"), "--no-bundle"]) == 2
+    assert "unknown fix '12345'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unreachable_registry_names_the_release_and_keeps_the_good_result(tmp_path: Path) -> None:
+    good = tmp_path / "out"
+    good.mkdir()
+    (good / "diff.json").write_text('{"good": true}')
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(default_matrix().read_text())
+    env = {
+        "DIFFLAB_CACHE": str(tmp_path / "cache"),
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "2",
+        "PIP_CONFIG_FILE": os.devnull,
+    }
+    out = run_cli(["run", "--matrix", str(matrix), "--fix", "38935", "--out", str(good), "--no-bundle"], env)
+    assert out.returncode == 2, out.stderr
+    assert "release 0.5.20" in out.stderr and "could not download" in out.stderr
+    assert (good / "diff.json").read_text() == '{"good": true}'
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

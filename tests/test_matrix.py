@@ -1,0 +1,87 @@
+"""Matrix validation: good files load, and every bad input names file, fix and field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from difflab.errors import ConfigError
+from difflab.matrix import load_matrix
+from difflab.paths import default_matrix
+from matrix_samples import FIX, RELEASES
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    return path
+
+
+def test_default_matrix_declares_all_four_fixes() -> None:
+    m = load_matrix(default_matrix())
+    assert {f.pr for f in m.fixes} == {36988, 38935, 41404, 43719}
+    parts = {f.id: f for f in m.fixes}
+    assert parts["43719b"].head.unavailable and "no release" in parts["43719b"].head.unavailable
+    assert parts["43719a"].head.release == "0.5.22"
+    assert parts["38935"].commits["head"].confirmed is True
+    assert parts["38935"].commits["base"].confirmed is False
+    assert len(m.releases) == 5 and all(len(r.sha256) == 64 for r in m.releases.values())
+
+
+def test_valid_matrix_loads(tmp_path: Path) -> None:
+    m = load_matrix(write(tmp_path, RELEASES + FIX))
+    (fix,) = m.fixes
+    assert fix.probes[0].expect == {"rejected.enqueued": (True, False)}
+    assert fix.probes[0].controls == {"valid.enqueued": True}
+    assert m.select(["#38935"]) == [fix]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "pattern"),
+    [
+        (lambda t: t.replace('pr = 38935', 'pr = "x"'), r"fix '38935'\.pr"),
+        (lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "9.9.9" }'),
+         r"fix '38935'\.head\.release: release '9\.9\.9' is not pinned"),
+        (lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true]'),
+         r"fix '38935'\.probes\[0\]\.expect\.'rejected\.enqueued'"),
+        (lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true, true]'),
+         r"that is a control"),
+        (lambda t: t.replace('sha256 = "1573', 'sha256 = "XX73'), r"releases\.'0\.5\.20'\.sha256"),
+        (lambda t: t.replace('title = "t"', 'title = "t"\nbogus = 1'), r"fix '38935': unknown field\(s\) \['bogus'\]"),
+        (lambda t: t.replace('base = { release = "0.5.20" }', ''), r"fix '38935'\.base: missing"),
+        (lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "0.5.21", commit = "abcdef1" }'),
+         r"fix '38935'\.head: give exactly one"),
+        (lambda t: t.replace('schema = 1', 'schema = 7'), r"schema"),
+        (lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='a.py'\nfind='x'\nreplace=''\ntargets=['nope']\n",
+         r"fix '38935'\.mutations\[0\]\.targets: 'nope' is not one of this fix's probes"),
+        (lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='../a.py'\nfind='x'\nreplace=''\n"
+         "targets=['pr38935_prefill_door']\n", r"mutations\[0\]\.file"),
+    ],
+)
+def test_bad_matrix_names_file_fix_and_field(tmp_path: Path, mutate, pattern: str) -> None:
+    path = write(tmp_path, mutate(RELEASES + FIX))
+    with pytest.raises(ConfigError) as err:
+        load_matrix(path)
+    message = str(err.value)
+    assert str(path) in message
+    assert re.search(pattern, message), message
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_matrix(write(tmp_path, "schema = = 1"))
+    with pytest.raises(ConfigError, match="cannot read matrix"):
+        load_matrix(tmp_path / "absent.toml")
+
+
+def test_unknown_fix_is_named(tmp_path: Path) -> None:
+    m = load_matrix(write(tmp_path, RELEASES + FIX))
+    with pytest.raises(ConfigError, match=r"unknown fix '99999'.*known: 38935"):
+        m.select(["99999"])
+
+
+def test_duplicate_fix_ids(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"duplicate fix id\(s\) \['38935'\]"):
+        load_matrix(write(tmp_path, RELEASES + FIX + FIX))
