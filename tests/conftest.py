@@ -1,0 +1,26 @@
+"""Shared fixtures.
+
+Tests marked ``sglang`` run real probes on real SGLang releases: the first
+run downloads the pinned wheels and builds the shared environment into the
+cache (``$DIFFLAB_CACHE``); later runs reuse both. They are grouped on one
+xdist worker (``xdist_group``) so the expensive fixtures are built once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from difflab.matrix import load_matrix
+from difflab.paths import default_matrix
+
+
+@pytest.fixture(scope="session")
+def matrix_path() -> Path:
+    return default_matrix()
+
+
+@pytest.fixture(scope="session")
+def matrix(matrix_path: Path):
+    return load_matrix(matrix_path)

@@ -1,0 +1,160 @@
+"""The real probes on the real releases: the lab's central claims, end to end.
+
+- the default matrix gives the declared verdicts (#43719(b): unavailable, with the base bug shown);
+- head against head is ``not-reproduced`` for every fix (each probe discriminates);
+- ``contains`` reproduces the release map for all five releases;
+- every shipped mutation is ``causal``; a useless probe is ``insensitive``; a stale mutation is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from difflab.contains import run_contains
+from difflab.environment.shared import SharedEnvironment
+from difflab.matrix import load_matrix
+from difflab.pipeline import RunRequest, execute, make_runner
+from difflab.progress import Reporter
+
+pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
+
+EXPECTED = {"36988": "confirmed", "38935": "confirmed", "41404": "confirmed", "43719a": "confirmed",
+            "43719b": "unavailable"}
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
+    out = tmp_path_factory.mktemp("run") / "out"
+    outcome = execute(RunRequest(matrix=matrix_path, out=out, bundle=False))
+    return outcome, json.loads((out / "diff.json").read_text())
+
+
+def test_default_matrix_verdicts(default_run) -> None:
+    outcome, diff = default_run
+    got = {f["id"]: f["verdict"] for f in diff["fixes"]}
+    assert got == EXPECTED, {f["id"]: f["reason"] for f in diff["fixes"]}
+    assert outcome.exit_code == 0
+    b = next(f for f in diff["fixes"] if f["id"] == "43719b")
+    assert "head unavailable" in b["reason"] and "base shows the bug" in b["reason"]
+
+
+def test_observations_come_from_the_pinned_releases(default_run, matrix) -> None:
+    outcome, diff = default_run
+    for fix in diff["fixes"]:
+        spec = matrix.fix(fix["id"])
+        for probe in fix["probes"]:
+            base = probe["base"]
+            assert base["status"] == "ok", base["error"]
+            assert base["sglang_version"] == spec.base.release
+            assert base["source"]["sha256"] == matrix.releases[spec.base.release].sha256
+            if spec.head.release:
+                assert probe["head"]["sglang_version"] == spec.head.release
+
+
+def test_results_folder_is_complete(default_run) -> None:
+    outcome, diff = default_run
+    out = outcome.out_dir
+    for name in ("diff.json", "junit.xml", "summary.md", "run.json", "environment.json", "matrix.toml"):
+        assert (out / name).is_file(), name
+    env = json.loads((out / "environment.json").read_text())
+    assert env["python_version"].startswith("3.") and any(p.startswith("torch==") for p in env["packages"])
+    cases = [c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite]
+    probes = sum(len(f["probes"]) for f in diff["fixes"])
+    assert len(cases) == probes
+    for f in diff["fixes"]:
+        for p in f["probes"]:
+            for side in ("base", "head"):
+                if p[side]["status"] != "unavailable":
+                    assert (out / "observations" / f["id"] / side / f"{p['probe']}.json").is_file()
+
+
+def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, matrix) -> None:
+    text = matrix_path.read_text()
+    for fix in matrix.fixes:
+        if fix.head.release:
+            text = text.replace(
+                f'base = {{ release = "{fix.base.release}" }}\nhead = {{ release = "{fix.head.release}" }}',
+                f'base = {{ release = "{fix.head.release}" }}\nhead = {{ release = "{fix.head.release}" }}',
+            )
+    same = tmp_path / "head-vs-head.toml"
+    same.write_text(text)
+    ids = [f.id for f in matrix.fixes if f.head.release]
+    outcome = execute(RunRequest(matrix=same, fixes=ids, out=tmp_path / "out", bundle=False))
+    diff = json.loads((outcome.out_dir / "diff.json").read_text())
+    assert {f["id"]: f["verdict"] for f in diff["fixes"]} == dict.fromkeys(ids, "not-reproduced")
+    assert outcome.exit_code == 1
+
+
+def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
+    env = SharedEnvironment().ensure()
+    runner = make_runner(RunRequest(), env)
+    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env,
+                                               Reporter().track)
+    table = {(c.fix, c.release): c.verdict for c in cells}
+    first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
+    for fix_id, first in first_fixed.items():
+        for release in releases:
+            want = "fixed" if first and release >= first else "bug"
+            assert table[(fix_id, release)] == want, (fix_id, release, table[(fix_id, release)])
+    assert json.loads((out / "contains.json").read_text())["agrees"] is True
+    assert "| #36988 | bug | fixed | fixed | fixed | fixed |" in (out / "contains.md").read_text()
+
+
+def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):
+    from difflab.selfcheck import run_selfcheck
+    from difflab.source import backend_for
+
+    m = load_matrix(matrix_file)
+    fixes = m.select(fix_ids)
+    backend = backend_for("release", releases=m.releases)
+    heads = {f.id: backend.materialise(f, "head", f.head) for f in fixes if f.head.release}
+    env = SharedEnvironment().ensure()
+    work.mkdir(parents=True, exist_ok=True)
+    return run_selfcheck(fixes, heads, make_runner(RunRequest(), env), work, Reporter().track)
+
+
+def test_every_shipped_mutation_is_causal(tmp_path: Path, matrix_path: Path, matrix) -> None:
+    ids = [f.id for f in matrix.fixes if f.head.release]
+    results = _run_selfcheck(matrix_path, ids, tmp_path)
+    assert results and {r.fix for r in results} == set(ids)
+    assert all(r.outcome == "causal" for r in results), [(r.fix, r.mutation, r.outcome, r.reason) for r in results]
+
+
+def test_useless_probe_is_insensitive_and_stale_mutation_is_reported(
+    tmp_path: Path, matrix_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe that only checks a field the fix does not touch cannot prove causality."""
+    probes = tmp_path / "probes"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "probes", probes)
+    (probes / "useless_prefill_door.py").write_text(
+        "def observe(kit):\n"
+        "    from sglang.srt.disaggregation import utils\n"
+        "    return {'s.has_reject_helper': hasattr(utils, 'is_unadmitted_reject'), 's.version': kit.sglang_version}\n"
+    )
+    text = matrix_path.read_text()
+    start = text.index('id = "38935"')
+    block = text[start:text.index("[[fixes]]", start)]
+    mutation = block[block.index("[[fixes.mutations]]"):]
+    mutation = re.sub(r'targets = \[.*\]', 'targets = ["useless_prefill_door"]', mutation.split("\n\n")[0])
+    useless = (
+        '[[fixes]]\nid = "38935"\npr = 38935\ntitle = "useless"\nbase = { release = "0.5.20" }\n'
+        'head = { release = "0.5.21" }\n[[fixes.probes]]\nname = "useless_prefill_door"\n'
+        '[fixes.probes.expect]\n"s.has_reject_helper" = [false, true]\n\n' + mutation + "\n\n"
+        '[[fixes.mutations]]\nname = "stale"\nfile = "sglang/srt/disaggregation/prefill.py"\n'
+        "find = '''this text is not in any release'''\nreplace = ''\ntargets = [\"useless_prefill_door\"]\n"
+    )
+    m = tmp_path / "m.toml"
+    m.write_text(text[: text.index("[[fixes]]")] + useless)
+    monkeypatch.setenv("DIFFLAB_PROBES", str(probes))
+    results = {r.mutation: r for r in _run_selfcheck(m, ["38935"], tmp_path / "w")}
+    assert results["stale"].outcome == "mutation-stale"
+    assert "fix 38935" in results["stale"].reason and "prefill.py" in results["stale"].reason
+    assert "0.5.21" in results["stale"].reason
+    (useless_result,) = [r for name, r in results.items() if name != "stale"]
+    assert useless_result.outcome == "insensitive", useless_result.reason
