@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -54,13 +55,16 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    sources = {label(o)["label"]: o.source for o in observations if o.source}
     try:
         for obs in observations:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
         shutil.copyfile(matrix_path, work / "matrix.toml")
         (work / "run.json").write_text(json.dumps({
             "schema": 1, "tool": "sglang-difflab", "command": "merge",
-            "inputs": [str(f) for f in folders], "fixes": ids,
+            "inputs": [str(f) for f in folders], "fixes": ids, "started_at": now, "finished_at": now,
+            "sources": sources,
             "exit_code": 0 if all(v.passed for v in verdicts) else 1,
         }, indent=2, sort_keys=True) + "\n")
         write_reports(work, verdicts)

@@ -208,8 +208,7 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         if req.bundle:
             from difflab.bundle import seal
 
-            info = seal(work, key=req.key)
-            say(f"bundle signed: {info}")
+            seal(work, key=req.key)
         _replace_dir(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

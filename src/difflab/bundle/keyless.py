@@ -1,0 +1,51 @@
+"""Optional keyless (Sigstore) signature of the run statement, made only inside GitHub Actions.
+
+It is an extra: the Ed25519 envelope is always written and is what ``difflab verify`` checks.
+sigstore-python is an optional dependency and is imported only here, only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+INSTALL_HINT = "pip install 'sglang-difflab[sigstore]'"
+
+
+def available(environ: Mapping[str, str]) -> bool:
+    """GitHub Actions with an OIDC token we may request (workflow has ``permissions: id-token: write``)."""
+    return environ.get("GITHUB_ACTIONS") == "true" and bool(environ.get("ACTIONS_ID_TOKEN_REQUEST_URL"))
+
+
+def _signing_context(signing_context: Any) -> Any:
+    """Production Sigstore, across sigstore-python 3.x (``production()``) and 4.x (trust config)."""
+    try:
+        from sigstore.models import ClientTrustConfig
+    except ImportError:
+        return signing_context.production()
+    return signing_context.from_trust_config(ClientTrustConfig.production())
+
+
+def sign(payload: bytes, out: Path, echo: Callable[[str], None]) -> Path | None:
+    """Sign the statement bytes with the ambient OIDC identity; write a Sigstore bundle or say why not."""
+    try:
+        from sigstore.dsse import Statement
+        from sigstore.oidc import IdentityToken, detect_credential
+        from sigstore.sign import SigningContext
+    except ImportError:
+        echo(f"sigstore is not installed; skipping the keyless signature ({INSTALL_HINT})")
+        return None
+    try:
+        token = detect_credential()
+        if not token:
+            echo("no OIDC identity token available; skipping the keyless signature")
+            return None
+        with _signing_context(SigningContext).signer(IdentityToken(token)) as signer:
+            result = signer.sign_dsse(Statement(payload))
+    except Exception as exc:  # network or identity trouble must not lose the run; Ed25519 still signs it
+        echo(f"keyless signing failed, keeping the Ed25519 signature only: {exc}")
+        return None
+    out.write_text(result.to_json(), encoding="utf-8")
+    echo(f"keyless Sigstore signature written to {out.name}")
+    return out

@@ -1,0 +1,23 @@
+"""``difflab pack RUN_DIR``: a byte-for-byte reproducible .tar.gz of a sealed run folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from difflab.bundle import checksums
+from difflab.bundle.pack import pack
+
+NAME = "pack"
+HELP = "Pack a sealed run folder into a deterministic .tar.gz (default: RUN_DIR.tar.gz beside it)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="sealed run folder")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="archive to write")
+
+
+def main(args: argparse.Namespace) -> int:
+    out = pack(args.run_dir, args.output)
+    print(f"{out}  sha256 {checksums.sha256_file(out)}")
+    return 0
