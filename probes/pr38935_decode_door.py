@@ -1,0 +1,136 @@
+"""#38935 at the decode door: an intake-rejected request must not get a KV receiver.
+
+Scenario: a request rejected at intake by the real ``Req.set_finish_with_abort``
+(``to_finish`` set, one-token stub, ``finished()`` False) reaches the real
+``DecodePreallocQueue.add``. On the base it is handed a KV receiver and waits
+for a prefill that will never send its prompt (the decode worker sat on it
+until ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``); on the head the door retires
+it through the real ``Scheduler.retire_unadmitted_request`` with its 400.
+The queue runs its real capacity check, real ``_create_receiver_and_enqueue``
+(spied on; the 'fake' transfer backend's real ``FakeKVReceiver``) and real
+prefill-rank lookup (nothing cached, so the request waits in ``pending_reqs``).
+
+Observations per scenario: ``receiver_created`` (``_create_receiver_and_enqueue``
+called), ``pending`` (in ``pending_reqs``), ``retracted_queue`` (in
+``retracted_queue``), ``retired`` (``finished()``), ``streamed`` (what its
+client received: one HTTP status per response, ``[]`` for silence), ``cache_aborts``.
+
+Controls, equal on base and head: a ``valid`` request gets a receiver and
+waits; requests the caller declares as re-entering are never retired even
+though they carry a pending abort: ``retracted`` (host KV backup held) and
+``retracted_short`` (no backup: ``seqlen <= 1``) go to ``retracted_queue``,
+``rebootstrap`` gets a receiver; ``preempted`` (``is_retracted`` set, no flag)
+gets a receiver.
+
+Fakes: the KV manager (transport), the KV pool and its allocator, the tree
+cache and beam coordinator (GPU memory), the output streamer (ZMQ).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from difflab.probe.kit import Kit
+from harness.requests import abort_while_running, fake_output_streamer, new_req, reject_at_intake
+from harness.runtime import bare, cache_aborts, ensure_runtime, fake_tree_cache
+
+MAX_TOTAL_TOKENS = 1024
+
+
+# ---------------------------------------------------------------------------
+# Version adaptations of the KV allocator the decode door consults, by feature.
+#   prealloc_ceiling_fits(full, swa): capacity check asks the allocator first (0.5.21)
+#   get_kvcache(): a retracted request asks which pool kind it is (dsv4_needs_rebootstrap, 0.5.22)
+# ---------------------------------------------------------------------------
+def _allocator(kit: Kit) -> Any:
+    from sglang.srt.mem_cache import common
+    from sglang.srt.mem_cache.allocator import BaseTokenToKVPoolAllocator
+
+    attrs: dict[str, Any] = {"page_size": 1}
+    if hasattr(BaseTokenToKVPoolAllocator, "prealloc_ceiling_fits"):
+        # None: no ceiling of its own, the token capacity is the only bound (the base class answer).
+        attrs["prealloc_ceiling_fits"] = kit.recorder("prealloc_ceiling_fits", returns=None)
+    if hasattr(common, "dsv4_needs_rebootstrap"):
+        attrs["get_kvcache"] = kit.recorder("get_kvcache", returns=kit.fake("kv_pool"))
+    return kit.fake("token_to_kv_pool_allocator", **attrs)
+
+
+def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
+    """A real DecodePreallocQueue (no constructor) wired to a real, bare Scheduler."""
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+    from sglang.srt.disaggregation.utils import TransferBackend
+    from sglang.srt.managers.scheduler import Scheduler
+
+    output_streamer, sent = fake_output_streamer(kit)
+    tree_cache, cache_abort = fake_tree_cache(kit)
+    scheduler = bare(
+        Scheduler,
+        output_streamer=output_streamer,
+        tree_cache=tree_cache,
+        beam_coordinator=kit.fake("beam_coordinator", retire_group=kit.recorder("retire_group")),
+        enable_hisparse=False,
+    )
+    queue = bare(
+        DecodePreallocQueue,
+        scheduler=scheduler,
+        queue=[],
+        pending_reqs=[],
+        retracted_queue=[],
+        max_total_num_tokens=MAX_TOTAL_TOKENS,
+        num_reserved_decode_tokens=0,
+        token_to_kv_pool=kit.fake("token_to_kv_pool"),
+        token_to_kv_pool_allocator=_allocator(kit),
+        transfer_backend=TransferBackend.FAKE,
+        # No prefill peer resolved yet: the request waits in pending_reqs.
+        kv_manager=kit.fake("kv_manager", prefill_info_table={}),
+    )
+    create_receiver = kit.recorder(
+        "_create_receiver_and_enqueue",
+        side_effect=functools.partial(DecodePreallocQueue._create_receiver_and_enqueue, queue),
+    )
+    queue._create_receiver_and_enqueue = create_receiver
+    return queue, {"sent": sent, "cache_abort": cache_abort, "create": create_receiver}
+
+
+def _admit(kit: Kit, scenario: str, req: Any, **flags: bool) -> dict[str, Any]:
+    """Push ``req`` through the real door (with the caller's re-entry flags) and report."""
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+
+    queue, seen = _door(kit)
+    DecodePreallocQueue.add(queue, req, **flags)
+    return {
+        f"{scenario}.receiver_created": seen["create"].count > 0,
+        f"{scenario}.pending": any(d.req is req for d in queue.pending_reqs),
+        f"{scenario}.retracted_queue": req in queue.retracted_queue,
+        f"{scenario}.retired": req.finished(),
+        f"{scenario}.streamed": seen["sent"].get(req.rid, []),
+        f"{scenario}.cache_aborts": cache_aborts(seen["cache_abort"]),
+    }
+
+
+def _retracted(rid: str, *, backup: bool) -> Any:
+    """What retract_decode leaves: KV row freed, a pending abort, maybe a host backup."""
+    req = new_req(rid, prompt_len=16)
+    abort_while_running(req)
+    req.kv.retraction_backup = object() if backup else None
+    return req
+
+
+def observe(kit: Kit) -> dict[str, Any]:
+    ensure_runtime()
+    fields: dict[str, Any] = {}
+
+    rejected = new_req("rejected", prompt_len=1500)
+    reject_at_intake(kit, rejected)
+    fields.update(_admit(kit, "rejected", rejected))
+
+    fields.update(_admit(kit, "valid", new_req("valid", prompt_len=16)))
+    fields.update(_admit(kit, "retracted", _retracted("retracted", backup=True), is_retracted=True))
+    fields.update(_admit(kit, "retracted_short", _retracted("retracted-short", backup=False), is_retracted=True))
+    fields.update(_admit(kit, "rebootstrap", _retracted("rebootstrap", backup=False), is_rebootstrap=True))
+
+    preempted = _retracted("preempted", backup=False)
+    preempted.is_retracted = True  # release_req -> reset_for_retract sets it; the caller passes no flag
+    fields.update(_admit(kit, "preempted", preempted))
+    return fields
