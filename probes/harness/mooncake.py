@@ -1,0 +1,259 @@
+"""One Mooncake prefill rank: the real KV manager's transfer worker and bootstrap thread.
+
+``MooncakeKVManager`` is SGLang's own class built with ``__new__`` (see
+:mod:`harness.strict`) in prefill mode, with one room whose KV goes to one
+decode rank. Its real ``transfer_worker`` runs in the calling thread over a
+queue of real ``TransferKVChunk`` objects; its real ``start_prefill_thread``
+runs the bootstrap thread over decode's control messages (ABORT). Faked are
+only the GPU/RDMA and network edges:
+
+- ``send_kvcache`` / ``send_aux`` (the Mooncake engine's RDMA writes) are
+  recorders whose return code the scenario chooses; anything raised inside is
+  recorded by ``kit.guard`` before the worker can wrap it in a RuntimeError;
+- the zmq sockets: decode's control socket the bootstrap thread reads from,
+  and the PUSH socket to decode (:class:`harness.wire.Wire`) that carries the
+  status messages and every ``ABORT_ACK``;
+- ``kv_args`` (GPU buffer pointers).
+
+Loops are ended the way no ``except Exception`` can intercept: the queue and
+the control socket raise private ``BaseException`` subclasses once drained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from difflab.probe.kit import Kit, ProbeFailure, Recorder
+from harness.strict import strict_instance
+from harness.wire import Wire, tcp_endpoint
+
+DECODE_IP = "192.0.2.20"
+DECODE_PORT = 17020
+DECODE_SESSION = "decode-session-0"
+PREFILL_PORT = 8998
+THREAD_WAIT_S = 10.0
+
+
+class _EndOfQueue(BaseException):
+    """Raised by the fake transfer queue once drained: ends the worker loop on every release."""
+
+
+class _EndOfMessages(SystemExit):
+    """Raised by the fake control socket once drained: ends the bootstrap thread quietly.
+
+    A ``SystemExit`` subclass, because ``threading`` ignores ``SystemExit`` in
+    a thread and the <= 0.5.20 loop never checks a stop flag.
+    """
+
+
+@dataclass
+class PrefillRank:
+    """The prefill rank of one scenario, with what it sent to decode."""
+
+    kit: Kit
+    wire: Wire
+    mgr: Any  # MooncakeKVManager (prefill mode)
+    room: int
+    send_kvcache: Recorder
+    send_result: Callable[[], int] = lambda: 0
+    """What the next RDMA write does (the scenario may deliver an ABORT meanwhile); 0 = success."""
+    thread_errors: list[str] = field(default_factory=list)
+
+    @property
+    def decode_endpoint(self) -> str:
+        return tcp_endpoint(DECODE_IP, DECODE_PORT)
+
+    def acks(self) -> int:
+        """ABORT_ACK messages sent to decode so far."""
+        return self.wire.count(b"ABORT_ACK", self.decode_endpoint)
+
+    def deliver(self, *messages: list[bytes]) -> None:
+        """Decode's control messages, handled by the real bootstrap thread; returns once all are handled."""
+        pending = list(messages)
+        drained = threading.Event()
+
+        def recv_multipart(*args: Any, **kwargs: Any) -> list[bytes]:
+            if pending:
+                return pending.pop(0)
+            drained.set()
+            raise _EndOfMessages()
+
+        self.mgr.server_socket = self.kit.fake("decode control socket", recv_multipart=recv_multipart)
+        previous_hook = threading.excepthook
+
+        def record(args: threading.ExceptHookArgs) -> None:
+            if not isinstance(args.exc_value, SystemExit):
+                self.thread_errors.append(f"bootstrap thread: {args.exc_type.__name__}: {args.exc_value}")
+
+        threading.excepthook = record
+        try:
+            self.mgr.start_prefill_thread()
+            if not drained.wait(THREAD_WAIT_S):
+                raise ProbeFailure(
+                    f"bootstrap thread stopped before handling all messages: {self.thread_errors}"
+                )
+        finally:
+            threading.excepthook = previous_hook
+        if self.thread_errors:
+            raise ProbeFailure("; ".join(self.thread_errors))
+
+    def run_worker(self, *chunks: Any) -> None:
+        """Run the real transfer worker over ``chunks`` in this thread until the queue is drained."""
+        pending = list(chunks)
+
+        def get(*args: Any, **kwargs: Any) -> Any:
+            if pending:
+                return pending.pop(0)
+            raise _EndOfQueue()
+
+        queue = self.kit.fake("transfer queue", get=get)
+        # send_kvcache is faked, so the worker never hands the executor anything.
+        executor = self.kit.fake("transfer executor")
+        with contextlib.suppress(_EndOfQueue):
+            self.mgr.transfer_worker(queue, executor)
+
+    def chunk(self, *, last: bool) -> Any:
+        """A real TransferKVChunk of this room: two pages of KV."""
+        import numpy as np
+        from sglang.srt.disaggregation.common.utils import TransferKVChunk
+
+        return TransferKVChunk(
+            room=self.room,
+            prefill_kv_indices=np.array([3, 4], dtype=np.int32),
+            index_slice=slice(0, 2),
+            is_last_chunk=last,
+            prefill_aux_index=0 if last else None,
+            state_indices=None,
+        )
+
+    def sender(self) -> Any:
+        """The real ``MooncakeKVSender`` of this room, as the scheduler holds it on ``req.disagg_kv_sender``."""
+        from sglang.srt.disaggregation.common.utils import TraceNullContext
+        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
+
+        return strict_instance(
+            self.kit,
+            MooncakeKVSender,
+            "kv_sender",
+            kv_mgr=self.mgr,
+            bootstrap_room=self.room,
+            conclude_state=None,
+            _owns_bootstrap_room=True,
+            trace_ctx=TraceNullContext(),
+        )
+
+    def clear_sender(self) -> None:
+        """The scheduler is done with the request: the real sender's ``clear()`` forgets the room."""
+        self.sender().clear()
+
+    def open_room(self) -> None:
+        """A new request takes the room: Bootstrapping (sender created), then WaitingForInput (metadata in)."""
+        import numpy as np
+        from sglang.srt.disaggregation.base.conn import KVPoll
+        from sglang.srt.disaggregation.mooncake.conn import TransferInfo
+
+        self.mgr.update_status(self.room, KVPoll.Bootstrapping)
+        self.mgr.transfer_infos[self.room] = {
+            DECODE_SESSION: TransferInfo(
+                room=self.room,
+                endpoint=DECODE_IP,
+                dst_port=DECODE_PORT,
+                mooncake_session_id=DECODE_SESSION,
+                dst_kv_indices=np.array([10, 11, 12, 13], dtype=np.int32),
+                dst_aux_index=0,
+                dst_state_indices=[],
+                required_dst_info_num=1,
+                is_dummy=False,
+            )
+        }
+        self.mgr.update_status(self.room, KVPoll.WaitingForInput)
+
+
+def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) -> PrefillRank:
+    """A prefill rank whose room is waiting for input, decode registered and deferred release on."""
+    from sglang.srt.disaggregation.mooncake.conn import KVArgsRegisterInfo, MooncakeKVManager
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+
+    wire = Wire(kit)
+    decode = tcp_endpoint(DECODE_IP, DECODE_PORT)
+    holder: list[PrefillRank] = []
+    send = kit.recorder("send_kvcache", side_effect=lambda *args, **kwargs: holder[0].send_result())
+    mgr = strict_instance(
+        kit,
+        MooncakeKVManager,
+        "prefill_kv_mgr",
+        disaggregation_mode=DisaggregationMode.PREFILL,
+        enable_deferred_decode_kv_release=deferred_release,
+        server_args=kit.fake("server_args", enable_pd_role_switch=False),
+        kv_args=kit.fake("kv_args", kv_data_ptrs=[0x10000, 0x20000], engine_rank=0),
+        bootstrap_port=PREFILL_PORT,
+        local_ip="192.0.2.10",
+        # parallel layout: one rank everywhere
+        attn_tp_size=1,
+        attn_tp_rank=0,
+        attn_cp_size=1,
+        attn_cp_rank=0,
+        attn_dp_rank=0,
+        pp_size=1,
+        pp_rank=0,
+        is_mla_backend=False,
+        is_hybrid_mla_backend=False,
+        enable_all_cp_ranks_for_transfer=False,
+        enable_trace=False,
+        enable_staging=False,
+        _staging_ctx=None,
+        # room and session bookkeeping
+        request_status={},
+        transfer_infos={},
+        req_to_decode_prefix_len={},
+        decode_kv_args_table={
+            DECODE_SESSION: KVArgsRegisterInfo(
+                room="None",
+                endpoint=DECODE_IP,
+                dst_port=DECODE_PORT,
+                mooncake_session_id=DECODE_SESSION,
+                dst_kv_ptrs=[0x30000, 0x40000],
+                dst_aux_ptrs=[0x50000],
+                dst_state_data_ptrs=[],
+                dst_tp_rank=0,
+                dst_attn_tp_size=1,
+                dst_kv_item_len=256,
+                dst_state_item_lens=[],
+                dst_state_dim_per_tensor=[],
+                dst_kv_layer_ids=[0],
+                dst_state_layer_ids=[],
+            )
+        },
+        failure_records={},
+        failure_lock=threading.Lock(),
+        session_lock=threading.Lock(),
+        failed_sessions=set(),
+        session_failures=defaultdict(int),
+        state_layout_rejections={},
+        failed_session_probes={},
+        # deferred-ack bookkeeping (each release reads its own subset)
+        _staging_outstanding=defaultdict(int),
+        _deferred_ack_targets={},
+        _deferred_ack_fanout_snapshots={},
+        _deferred_ack_poisoned_rooms=set(),
+        deferred_bootstrap=None,
+        # the wire to decode
+        _socket_lock=threading.Lock(),
+        _socket_cache=wire.sockets(decode),
+        _monitor_cache={},
+        _socket_send_locks=Wire.locks(decode),
+        _zmq_ctx=kit.fake("prefill zmq.Context"),
+        # the bootstrap thread
+        _stopped=False,
+        _worker_threads=[],
+        send_kvcache=send,
+    )
+    rank = PrefillRank(kit=kit, wire=wire, mgr=mgr, room=room, send_kvcache=send)
+    holder.append(rank)
+    rank.open_room()
+    return rank

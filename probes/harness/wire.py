@@ -1,0 +1,59 @@
+"""The zmq wire between decode and prefill, replaced by recording sockets.
+
+Only the socket is fake: SGLang's own code builds every frame, picks the
+endpoint and takes the per-endpoint lock. Each fake PUSH socket is a strict
+kit fake that accepts ``send_multipart`` and nothing else, so a code path that
+needs more of zmq (a monitor, a new connection) is reported, never guessed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from difflab.probe.kit import Kit, StrictFake
+
+
+def tcp_endpoint(ip: str, port: int) -> str:
+    """The endpoint string SGLang itself derives for ``ip:port``."""
+    from sglang.srt.utils.network import NetworkAddress
+
+    return NetworkAddress(ip, port).to_tcp()
+
+
+@dataclass
+class Wire:
+    """Every multipart message sent through the fake sockets, in order."""
+
+    kit: Kit
+    sent: list[tuple[str, list[bytes]]] = field(default_factory=list)
+    _sockets: dict[str, StrictFake] = field(default_factory=dict)
+
+    def socket(self, endpoint: str) -> StrictFake:
+        """The (one) fake PUSH socket connected to ``endpoint``."""
+        if endpoint not in self._sockets:
+
+            def send_multipart(frames: list[bytes], *args: Any, **kwargs: Any) -> None:
+                self.sent.append((endpoint, [bytes(f) for f in frames]))
+
+            self._sockets[endpoint] = self.kit.fake(
+                f"zmq socket to {endpoint}",
+                send_multipart=self.kit.recorder(f"send_multipart({endpoint})", side_effect=send_multipart),
+            )
+        return self._sockets[endpoint]
+
+    def sockets(self, *endpoints: str) -> dict[str, StrictFake]:
+        """A socket cache pre-filled for ``endpoints`` (what SGLang looks up before connecting)."""
+        return {ep: self.socket(ep) for ep in endpoints}
+
+    @staticmethod
+    def locks(*endpoints: str) -> dict[str, threading.Lock]:
+        return {ep: threading.Lock() for ep in endpoints}
+
+    def messages(self, tag: bytes, endpoint: str | None = None) -> list[list[bytes]]:
+        """Messages whose first frame is ``tag`` (optionally to one endpoint)."""
+        return [f for ep, f in self.sent if f and f[0] == tag and (endpoint is None or ep == endpoint)]
+
+    def count(self, tag: bytes, endpoint: str | None = None) -> int:
+        return len(self.messages(tag, endpoint))

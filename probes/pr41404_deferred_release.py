@@ -1,0 +1,214 @@
+"""#41404 -- deferred decode KV release on every transfer-failure kind.
+
+Scenario: a decode rank has pre-allocated KV pages for a request and published
+their addresses to two prefill ranks. The transfer then fails for a reason
+decode did NOT initiate (a prefill rank reports Failed), so the receiver has
+not told prefill anything (``abort_notified`` is False). The real
+``DecodeTransferQueue.pop_transferred`` meets ``KVPoll.Failed``. Deferred
+release is switched ON explicitly on the queue and on the KV manager (its
+default flipped from False to True in 0.5.21; the diff must not be that flip).
+
+Observations (``failed.*``, right after ``pop_transferred``): whether the pages
+were released at once (``release_kv_cache`` calls), how many ABORT messages
+went to the prefill ranks, whether the metadata slot was freed, whether the
+request is held in ``_deferred_releases``. Then the hold is resolved through
+the real ``resolve_deferred_releases``: ``drained.*`` -- every prefill rank
+that got an ABORT acks it (held while only one has); ``timeout.*`` -- nobody
+acks and a 0.1 s release timeout passes. Either way the pages must be released
+exactly once; ``outcome`` is ``immediate`` / ``drained`` / ``timeout`` (from
+the timeout warning SGLang logs, cross-checked with the 0.5.22+ metric label).
+
+Before the fix (<= 0.5.20) the pages go back to the pool at once while a
+sibling prefill rank may still be writing into them; with it (0.5.21+) decode
+sends ABORT to every prefill rank and holds them until the acks or timeout.
+
+Controls (equal on both sides): a receiver with no bootstrap info cannot
+notify anyone and releases at once; a KV manager without deferred-release
+capability releases at once and sends no ABORT; a decode-initiated abort
+(``receiver.abort()`` before the poll) is held -- so the diff is the
+failure-kind check, not the deferral machinery.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from difflab.probe.kit import Kit, ProbeFailure
+from harness.decode_kv import DecodeRank, build_decode_rank, prefill_endpoint
+
+PREFILL_RANKS = 2
+LONG_TIMEOUT_S = 600.0  # never reached: a release under it must come from acks
+SHORT_TIMEOUT_S = 0.1
+PREFILL_FAILURE = "probe: prefill rank 1 reported the transfer Failed"
+
+
+# --- version adaptations (one place, detected by feature) -----------------------
+def deliver_abort_ack(rank: DecodeRank, prefill_rank: int, abort_frames: list[bytes]) -> None:
+    """A prefill rank's drain ack for the ABORT it received, as decode's receive thread handles it.
+
+    0.5.22: ABORT and ABORT_ACK carry a generation and decode consumes the ack's
+    wire form (``handle_abort_ack_message``). <= 0.5.21: decode's receive
+    thread calls ``note_abort_ack(room, prefill_rank)`` inline.
+    """
+    from sglang.srt.disaggregation.common import conn
+
+    if hasattr(conn.CommonKVManager, "handle_abort_ack_message"):  # 0.5.22
+        from sglang.srt.disaggregation.common.conn import AbortAck, AbortNotification
+
+        generation = AbortNotification.from_zmq(abort_frames).generation
+        rank.kv_mgr.handle_abort_ack_message(AbortAck(rank.room, prefill_rank, generation).to_zmq())
+    else:
+        rank.kv_mgr.note_abort_ack(rank.room, prefill_rank)
+
+
+# --- scenario steps ------------------------------------------------------------------
+def _prefill_reports_failure(rank: DecodeRank) -> None:
+    """What decode's receive thread does when a prefill rank reports Failed."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+
+    rank.kv_mgr.record_failure(rank.room, PREFILL_FAILURE)
+    rank.kv_mgr.update_status(rank.room, KVPoll.Failed)
+
+
+def _pop(rank: DecodeRank) -> dict[str, Any]:
+    """Run the real ``pop_transferred`` once and report what happened immediately."""
+    transferred = rank.queue.pop_transferred()
+    if transferred:
+        raise ProbeFailure(f"a failed transfer was handed to decoding: {transferred!r}")
+    streamer = rank.queue.scheduler.output_streamer.stream_output
+    return {
+        "released_immediately": rank.release_kv_cache.count == 1,
+        "abort_messages": rank.abort_messages(),
+        "slot_freed_immediately": rank.slot_free(),
+        "held": rank.held(),
+        "abort_streamed": streamer.count == 1,
+    }
+
+
+def _acks_from(rank: DecodeRank, prefill_ranks: range) -> None:
+    """Each listed prefill rank acks the ABORT it received (a rank that got none has nothing to ack)."""
+    for prefill_rank in prefill_ranks:
+        for frames in rank.wire.messages(b"ABORT", prefill_endpoint(prefill_rank)):
+            deliver_abort_ack(rank, prefill_rank, frames)
+
+
+def _outcome(rank: DecodeRank, released_immediately: bool) -> str:
+    """immediate / drained / timeout / held -- from SGLang's own log, checked against its metric."""
+    if released_immediately:
+        return "immediate"
+    if rank.release_kv_cache.count == 0:
+        return "held"
+    timed_out = any("timed out" in m and str(rank.room) in m for m in rank.warnings.messages)
+    outcome = "timeout" if timed_out else "drained"
+    if rank.deferred_outcomes and rank.deferred_outcomes != [outcome]:
+        raise ProbeFailure(f"metric says {rank.deferred_outcomes}, log says {outcome}")
+    return outcome
+
+
+def _resolved(rank: DecodeRank, immediately: bool) -> dict[str, Any]:
+    outcome = _outcome(rank, immediately)
+    rank.queue.resolve_deferred_releases()  # a second pass must not release again
+    return {
+        "outcome": outcome,
+        "release_count": rank.release_kv_cache.count,
+        "slot_freed": rank.slot_free(),
+        "still_held": rank.held(),
+    }
+
+
+def _scenario(kit: Kit, rid: str, **options: Any) -> DecodeRank:
+    settings = {"prefill_ranks": PREFILL_RANKS, "queue_defers": True, "manager_defers": True}
+    settings["release_timeout_s"] = LONG_TIMEOUT_S
+    settings.update(options)
+    return build_decode_rank(kit, rid=rid, **settings)
+
+
+def _prefixed(scenario: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return {f"{scenario}.{k}": v for k, v in fields.items()}
+
+
+# --- scenarios -------------------------------------------------------------------
+def failed(kit: Kit) -> dict[str, Any]:
+    """A failure decode did not initiate: released at once, or ABORT sent and held?"""
+    rank = _scenario(kit, rid="pr41404-001")
+    with rank.running():
+        _prefill_reports_failure(rank)
+        return _pop(rank)
+
+
+def drained(kit: Kit) -> dict[str, Any]:
+    """Held until every notified prefill rank acked the drain, then released once."""
+    rank = _scenario(kit, rid="pr41404-002")
+    with rank.running():
+        _prefill_reports_failure(rank)
+        first = _pop(rank)
+        _acks_from(rank, range(0, 1))
+        rank.queue.resolve_deferred_releases()
+        held_after_first_ack = rank.held()
+        _acks_from(rank, range(1, PREFILL_RANKS))
+        rank.queue.resolve_deferred_releases()
+        return {
+            "held_after_first_ack": held_after_first_ack,
+            **_resolved(rank, first["released_immediately"]),
+        }
+
+
+def timeout(kit: Kit) -> dict[str, Any]:
+    """Nobody acks: held until the (short) release timeout, then released once."""
+    rank = _scenario(kit, rid="pr41404-003", release_timeout_s=SHORT_TIMEOUT_S)
+    with rank.running():
+        _prefill_reports_failure(rank)
+        first = _pop(rank)
+        rank.queue.resolve_deferred_releases()
+        held_before_deadline = rank.held()
+        time.sleep(SHORT_TIMEOUT_S * 1.5)
+        rank.queue.resolve_deferred_releases()
+        return {
+            "held_before_deadline": held_before_deadline,
+            **_resolved(rank, first["released_immediately"]),
+        }
+
+
+def unnotifiable(kit: Kit) -> dict[str, Any]:
+    """Control: no bootstrap info, nobody to notify -> immediate release."""
+    rank = _scenario(kit, rid="pr41404-004", notifiable=False)
+    with rank.running():
+        _prefill_reports_failure(rank)
+        return _pop(rank)
+
+
+def no_capability(kit: Kit) -> dict[str, Any]:
+    """Control: the KV manager cannot defer -> immediate release, no ABORT.
+
+    Its ``enable_deferred_decode_kv_release`` is False: what the constructor
+    computes for a backend without ``supports_deferred_decode_kv_release``
+    (0.5.21+), or with the switch off (<= 0.5.20).
+    """
+    rank = _scenario(kit, rid="pr41404-005", manager_defers=False)
+    with rank.running():
+        _prefill_reports_failure(rank)
+        return _pop(rank)
+
+
+def decode_initiated(kit: Kit) -> dict[str, Any]:
+    """Control: decode aborted the transfer itself (AbortReq) -> held on every release."""
+    rank = _scenario(kit, rid="pr41404-006")
+    with rank.running():
+        rank.receiver.abort()
+        return _pop(rank)
+
+
+SCENARIOS = (failed, drained, timeout, unnotifiable, no_capability, decode_initiated)
+
+
+def observe(kit: Kit) -> dict[str, Any]:
+    # pop_transferred logs every failed transfer at ERROR, with the recorded root cause.
+    kit.allow_log(
+        r"Decode transfer failed for request .* with exception KVTransferError\(bootstrap_room=\d+\): "
+        rf"({PREFILL_FAILURE}|Aborted by AbortReq\.)$"
+    )
+    fields: dict[str, Any] = {}
+    for scenario in SCENARIOS:
+        fields.update(_prefixed(scenario.__name__, scenario(kit)))
+    return fields

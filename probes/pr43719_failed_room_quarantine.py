@@ -1,0 +1,89 @@
+"""#43719 (b) -- a failed room's prefill KV is quarantined, not inserted into the radix tree.
+
+Scenario: a prefill request holds its prompt's KV and is in flight to decode.
+The real Mooncake ``transfer_worker`` fails the write (``send_kvcache``
+returns non-zero), concluding the room Failed. The scheduler then concludes
+the request through the real ``handle_inflight_transfer_failure`` with the
+real ``MooncakeKVSender`` on ``req.disagg_kv_sender``; SGLang's real
+``release_kv_cache`` decides what happens to the KV, against a fake radix tree
+and pools (GPU memory).
+
+Observations: ``failed.radix_inserted`` -- the tree was asked to keep the
+failed room's KV as a reusable prefix (``cache_finished_req(is_insert=True)``
+/ ``insert_req`` / ``checkpoint``); a later request could then be served KV
+that a timed-out transfer may still be reading or that never completed.
+``failed.kv_returned_to_pool`` -- the request's KV row went back to the pool
+now; ``failed.quarantined`` -- anything named quarantine (on the scheduler or
+the tree) was used. With the fix the KV is not inserted (released without
+insert, or held in quarantine). No release up to 0.5.23 carries it: every
+release shows ``failed.radix_inserted = true``; a git commit with the fix
+would show ``false``.
+
+Control (equal on both sides): the request ends aborted with HTTP 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from difflab.probe.kit import Kit
+from harness.mooncake import build_prefill_rank
+from harness.radix import TreeCache, fake_prefill_tree_cache, quarantine_lenient
+from harness.requests import abort_status, hold_kv, new_req
+from harness.strict import strict_instance
+
+PROMPT_TOKENS = 16
+
+
+# --- version adaptations (one place, detected by feature) -----------------------
+def radix_inserted(tree: TreeCache) -> bool:
+    """Did the tree keep the request's KV? The tree's keep-API by release:
+
+    <= 0.5.20 ``cache_finished_req(req, is_insert=...)`` (always called; the flag decides),
+    0.5.21 ``insert_req(req, up_to=...)``, 0.5.22 ``checkpoint(req, up_to=...)``.
+    """
+    by_flag = any(call.kwargs.get("is_insert") for call in tree.calls["cache_finished_req"].calls)
+    return by_flag or tree.count("insert_req") > 0 or tree.count("checkpoint") > 0
+
+
+def kv_returned_to_pool(tree: TreeCache) -> bool:
+    """<= 0.5.20 the cache frees the row inside ``cache_finished_req``; 0.5.21+ ``req_to_token_pool.free``."""
+    return tree.count("cache_finished_req") > 0 or tree.count("req_to_token_pool.free") > 0
+
+
+# --- scenario --------------------------------------------------------------------
+def failed(kit: Kit) -> dict[str, Any]:
+    """The room's transfer failed: what does the scheduler do with the request's prefill KV?"""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    req = new_req("pr43719b-001", PROMPT_TOKENS)
+    hold_kv(req, tokens=PROMPT_TOKENS)
+
+    rank = build_prefill_rank(kit, room=int(req.bootstrap_room))
+    rank.send_result = lambda: -1  # the RDMA write fails (Mooncake timeout)
+    rank.run_worker(rank.chunk(last=True))
+    req.disagg_kv_sender = rank.sender()
+
+    tree = fake_prefill_tree_cache(kit)
+    scheduler = strict_instance(
+        kit,
+        Scheduler,
+        "scheduler",
+        lenient=quarantine_lenient(tree.quarantine_uses),
+        tree_cache=tree.fake,
+        metrics_reporter=kit.fake("metrics_reporter", enable_metrics=False),
+        ps=kit.fake("parallel state", tp_rank=0),  # <= 0.5.19 reads the TP rank here
+    )
+    scheduler.handle_inflight_transfer_failure(req)
+    return {
+        "failed.radix_inserted": radix_inserted(tree),
+        "failed.kv_returned_to_pool": kv_returned_to_pool(tree),
+        "failed.quarantined": bool(tree.quarantine_uses),
+        "failed.abort_status": abort_status(req),
+    }
+
+
+def observe(kit: Kit) -> dict[str, Any]:
+    # The worker marks the Mooncake session dead after the failed write, at ERROR.
+    kit.allow_log(r"^Session decode-session-0 failed\.$")
+    return failed(kit)
