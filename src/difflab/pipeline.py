@@ -72,30 +72,31 @@ def default_out() -> Path:
 def _source_backend(req: RunRequest, matrix: Matrix) -> SourceBackend:
     if req.source_kind == "release":
         return backend_for("release", releases=matrix.releases)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"with_tests": True} if req.source_kind == "git" else {}
     if req.repo:
         options["repo"] = req.repo
     return backend_for(req.source_kind, **options)
 
 
-def side_pin(fix: Fix, side: str, source_kind: str) -> SidePin:
+def side_pin(fix: Fix, side: str, source_kind: str, matrix_path: Path | None = None) -> SidePin:
     """The pin for one side under the chosen source kind (git uses the matrix's commits/lock)."""
     pin: SidePin = getattr(fix, side)
     if source_kind == "git" and not pin.unavailable:
         from difflab.source.git import commit_pin_for  # type: ignore[import-not-found]
 
-        return commit_pin_for(fix, side)
+        return commit_pin_for(fix, side, matrix_path)
     return pin
 
 
 def materialise_sides(
-    fixes: list[Fix], backend: SourceBackend, source_kind: str, say: Say, sides: tuple[str, ...] = SIDES
+    fixes: list[Fix], backend: SourceBackend, source_kind: str, say: Say, sides: tuple[str, ...] = SIDES,
+    matrix_path: Path | None = None,
 ) -> dict[tuple[str, str], MaterialisedSource | str]:
     """Source per (fix, side), or the reason it is unavailable."""
     out: dict[tuple[str, str], MaterialisedSource | str] = {}
     for fix in fixes:
         for side in sides:
-            pin = side_pin(fix, side, source_kind)
+            pin = side_pin(fix, side, source_kind, matrix_path)
             if pin.unavailable:
                 out[(fix.id, side)] = pin.unavailable
                 continue
@@ -173,7 +174,7 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         backend = _source_backend(req, matrix)
         if not set(req.sides) <= set(SIDES) or not req.sides:
             raise ConfigError(f"--side must be base or head, got {req.sides}")
-        sources = materialise_sides(fixes, backend, req.source_kind, say, req.sides)
+        sources = materialise_sides(fixes, backend, req.source_kind, say, req.sides, matrix.path)
         env = SharedEnvironment()
         if req.runner != "docker":
             env.ensure(progress=say)
@@ -205,6 +206,10 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         _write_run_files(work, req, matrix, fixes, sources, env, runner, started, finished, exit_code)
         if verdicts:
             write_reports(work, verdicts)
+        if req.source_kind == "git" and tuple(req.sides) == SIDES and req.runner != "docker":
+            from difflab.upstream_tests import replay_run
+
+            replay_run(work, fixes, sources, env, say)
         if req.bundle:
             from difflab.bundle import seal
 

@@ -1,0 +1,109 @@
+"""``difflab backport`` on three forks built from the real release trees, with #38935's real probes.
+
+- a fork of 0.5.20 with #38935 cherry-picked: ``present`` (no fix commit, but a patch-equivalent one);
+- 0.5.21 with the prefill-door guard reverted: ``partial`` (prefill door like base, decode door like head);
+- 0.5.20 code whose version string says 0.5.21: ``absent`` (the version claims a fix the code lacks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from junitparser import JUnitXml
+
+from difflab.cli import main as cli
+from test_git_support import ReleaseRepos, matrix_copy, release_repos
+
+pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("git")]
+
+PREFILL, DECODE = "pr38935_prefill_door", "pr38935_decode_door"
+
+
+@pytest.fixture(scope="module")
+def repos() -> ReleaseRepos:
+    return release_repos()
+
+
+@pytest.fixture(scope="module")
+def checked(repos: ReleaseRepos, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Path]]:
+    """Each fork's ref checked once: exit code and results folder."""
+    root = tmp_path_factory.mktemp("backport")
+    matrix = matrix_copy(root / "matrix")
+    assert cli(["lock", "--matrix", str(matrix), "--repo", str(repos.upstream)]) == 1  # 41404 unresolved
+    out: dict[str, tuple[int, Path]] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DIFFLAB_CONFIG", str(root / "config"))  # a throwaway signing key for the bundle
+        for name in ("cherry", "revert", "version"):
+            folder = root / name
+            args = ["backport", "--repo", str(repos.fork), "--ref", repos.fork_refs[name], "--fix", "38935",
+                    "--matrix", str(matrix), "--upstream", str(repos.upstream), "--out", str(folder)]
+            if name != "cherry":
+                args.append("--no-bundle")
+            out[name] = (cli(args), folder)
+    return out
+
+
+def _fix(folder: Path) -> dict[str, Any]:
+    doc = json.loads((folder / "backport.json").read_text())
+    assert [f["fix"] for f in doc["fixes"]] == [38935]
+    return doc["fixes"][0]
+
+
+def test_cherry_pick_onto_an_older_release_is_present(checked: dict[str, tuple[int, Path]],
+                                                      repos: ReleaseRepos) -> None:
+    rc, folder = checked["cherry"]
+    fix = _fix(folder)
+    assert rc == 0
+    assert fix["verdict"] == "present" and sorted(fix["head_like"]) == [DECODE, PREFILL]
+    ev = fix["evidence"]
+    assert ev["fix_commit"] == repos.commits["0.5.21"] and ev["fix_base"] == repos.commits["0.5.20"]
+    assert ev["ancestor"] is False
+    assert ev["patch_equivalent"] is True and ev["equivalent_commits"] == [repos.fork_commits["cherry"]]
+    doc = json.loads((folder / "backport.json").read_text())
+    assert doc["passed"] is True and doc["fork"]["commit"] == repos.fork_commits["cherry"]
+    assert doc["fork"]["ref"] == "acme/cherry" and len(doc["fork"]["tree"]) == 40
+    for probe in (PREFILL, DECODE):
+        assert (folder / "observations" / "38935" / "fork" / f"{probe}.json").is_file()
+    suite = next(iter(JUnitXml.fromfile(str(folder / "junit.xml"))))
+    assert suite.tests == 2 and suite.failures == 0 and suite.errors == 0
+    assert "✅ present" in (folder / "summary.md").read_text()
+    run = json.loads((folder / "run.json").read_text())
+    assert run["command"] == "backport" and run["sources"]["fork"]["commit"] == repos.fork_commits["cherry"]
+    try:
+        import difflab.bundle  # noqa: F401
+    except ImportError:
+        return
+    assert (folder / "SHA256SUMS").is_file(), "bundle-able like a run: sealed unless --no-bundle"
+
+
+def test_fork_that_reverts_the_prefill_door_is_partial(checked: dict[str, tuple[int, Path]],
+                                                       repos: ReleaseRepos) -> None:
+    rc, folder = checked["revert"]
+    fix = _fix(folder)
+    assert rc == 1
+    assert fix["verdict"] == "partial"
+    assert fix["base_like"] == [PREFILL] and fix["head_like"] == [DECODE]
+    assert PREFILL in fix["reason"] and DECODE in fix["reason"]
+    assert fix["evidence"]["ancestor"] is True, "the fix commit is in its history; the behaviour is not"
+    prefill = next(p for p in fix["probes"] if p["probe"] == PREFILL)
+    assert {c["field"]: c["like"] for c in prefill["fields"] if c["kind"] == "expect"}["rejected.enqueued"] == "base"
+    assert all(c["like"] == "ok" for c in prefill["fields"] if c["kind"] == "control")
+    suite = next(iter(JUnitXml.fromfile(str(folder / "junit.xml"))))
+    assert suite.tests == 2 and suite.failures == 1
+    assert not (folder / "SHA256SUMS").exists()
+
+
+def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int, Path]],
+                                                   repos: ReleaseRepos) -> None:
+    rc, folder = checked["version"]
+    fix = _fix(folder)
+    assert rc == 1
+    assert fix["verdict"] == "absent" and sorted(fix["base_like"]) == [DECODE, PREFILL]
+    ev = fix["evidence"]
+    assert ev["version"] == "0.5.21" and ev["first_release_with_fix"] == "0.5.21"
+    assert ev["version_claims_fix"] is True
+    assert ev["ancestor"] is False and ev["patch_equivalent"] is False and ev["equivalent_commits"] == []
+    assert any("version" in d for d in fix["disagreements"])
