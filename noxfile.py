@@ -73,4 +73,4 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "src", "probes", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "probes", "tests", "ci", "bench", "noxfile.py")

@@ -1,0 +1,104 @@
+"""``difflab gpu``: the GPU/RDMA tier (live 1P1D deployments of base and head images).
+
+Exit codes: 0 every verdict as expected; 1 some verdict failed; 2 bad input (e.g.
+an image tag without a digest); 3 skipped: this host lacks a GPU prerequisite
+(Docker engine, NVIDIA runtime, driver, GPU), named on stderr and in the JSON
+status on stdout. ``--testserver`` runs the same scenarios against two in-process
+SGLang-compatible servers (pre-fix behaviours on for base, off for head) and needs
+no GPU: that is how the tier's logic is proven on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from difflab.errors import ConfigError
+from difflab.gpu.deployment import DEFAULT_MODEL
+from difflab.gpu.images import ImageMap
+from difflab.paths import default_matrix
+
+NAME = "gpu"
+HELP = "run the GPU/RDMA tier: live prefill/decode deployments of base and head images, judged like probes"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fix",
+        action="append",
+        dest="fixes",
+        metavar="N",
+        help="fix id or PR number (repeatable; default: every fix with a GPU plan)",
+    )
+    parser.add_argument(
+        "--image",
+        action="append",
+        dest="images",
+        metavar="[KEY=]REF@sha256:DIGEST",
+        help="a pinned image; KEY is base, head (one fix only) or a release such as 0.5.20; "
+        "without KEY the tag must name the release (v0.5.20...)",
+    )
+    parser.add_argument(
+        "--images",
+        type=Path,
+        dest="images_file",
+        metavar="FILE",
+        help='TOML file with an [images] table, e.g. "0.5.20" = "lmsysorg/sglang:v0.5.20@sha256:..."',
+    )
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="model served by both sides (default: %(default)s)"
+    )
+    parser.add_argument("--out", type=Path, help="run folder (default: results/gpu-<timestamp>)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="throughput A/B rounds per side (0: skip; default 6 on GPUs, 3 with --testserver)",
+    )
+    parser.add_argument(
+        "--hf-cache", type=Path, help="host Hugging Face cache to mount read-only (offline hosts)"
+    )
+    parser.add_argument(
+        "--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--testserver",
+        action="store_true",
+        help="prove the tier without GPUs: two in-process test servers, pre-fix behaviours on "
+        "(base) and off (head)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    images = ImageMap({}) if args.testserver else ImageMap.from_args(args.images, args.images_file)
+    if not args.testserver and not images.by_key:
+        raise ConfigError(
+            "no images: pass --image 0.5.20=lmsysorg/sglang:v0.5.20@sha256:<digest> (one per release "
+            "the selected fixes need) or --images FILE; or --testserver to run without GPUs"
+        )
+    from difflab.gpu.tier import TierRequest, run_tier  # needs numpy/scipy ([stats] extra): only when used
+
+    rounds = args.rounds if args.rounds is not None else (3 if args.testserver else 6)
+    req = TierRequest(
+        fixes=args.fixes,
+        out=args.out,
+        testserver=args.testserver,
+        images=images,
+        model=args.model,
+        rounds=rounds,
+        matrix=args.matrix,
+        hf_cache=args.hf_cache,
+    )
+    outcome = run_tier(req)
+    if outcome.status == "skipped":
+        print(f"difflab gpu: {outcome.reason}", file=sys.stderr)
+        if args.out is not None:  # CI keeps the reason with the artifacts
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "status.json").write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
+    else:
+        for v in outcome.verdicts:
+            print(f"  {v.id:<18} {v.verdict:<15} {v.reason[:140]}", file=sys.stderr)
+        print(f"results: {outcome.out_dir}", file=sys.stderr)
+    print(json.dumps(outcome.to_dict(), indent=2))
+    return outcome.exit_code

@@ -1,0 +1,359 @@
+"""``difflab gpu``: live scenarios on base and head deployments -> observations -> the usual verdicts.
+
+One pass: pick the fixes that have a GPU plan, decide each side's target (a pinned
+image on GPUs, or the CPU test server), run each distinct target's scenarios once,
+benchmark base and head in interleaved rounds where the plan asks for it, then
+judge with :func:`difflab.diff.judge_fix` and write the run folder like ``difflab run``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab import __version__
+from difflab.diff.verdict import FixVerdict, judge_fix
+from difflab.gpu.bench import BenchSpec
+from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
+from difflab.gpu.expectations import PLANS, THROUGHPUT, gpu_fixes
+from difflab.gpu.facts import read_engine
+from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
+from difflab.gpu.images import SIDES, ImageMap
+from difflab.gpu.report import preflight_section, throughput_section
+from difflab.gpu.runfolder import atomic_folder
+from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailable
+from difflab.gpu.scenarios.throughput import ABResult, run_ab
+from difflab.gpu.stats import DEFAULT_SEED
+from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
+from difflab.gpu.testserver import base_config, head_config
+from difflab.gpu.verdicts import judge_throughput
+from difflab.matrix import Fix, load_matrix
+from difflab.observation import SCHEMA_VERSION, Observation
+from difflab.paths import default_matrix, repo_root
+from difflab.preflight.gates import PreflightReport, evaluate
+from difflab.report import write_diff_json, write_junit, write_summary
+
+SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
+TESTSERVER_LIMITS = Limits(
+    request_timeout_s=10.0,
+    at_once_s=1.0,
+    settle_s=0.6,
+    poll_s=0.02,
+    abort_stagger_s=0.02,
+    abort_delays_s=(0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.14),  # inside the 0.15 s transfers
+    canary_fractions=(0.9, 1.1),  # one length under the pool, one over it
+)
+TESTSERVER_BENCH = BenchSpec(num_prompts=8, input_len=48, output_len=12, max_concurrency=4)
+
+
+@dataclass
+class TierRequest:
+    fixes: list[str] | None = None
+    out: Path | None = None
+    testserver: bool = False
+    images: ImageMap = field(default_factory=lambda: ImageMap({}))
+    model: str = DEFAULT_MODEL
+    rounds: int = 6  # per side; with fewer than 4 no difference can reach p < 0.05
+    seed: int = DEFAULT_SEED
+    matrix: Path = field(default_factory=default_matrix)
+    hf_cache: Path | None = None
+    limits: Limits | None = None
+    bench: BenchSpec | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+@dataclass
+class TierOutcome:
+    status: str  # passed | failed | skipped
+    exit_code: int
+    out_dir: Path | None = None
+    verdicts: list[FixVerdict] = field(default_factory=list)
+    reason: str = ""
+    host: HostCheck | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "out_dir": str(self.out_dir) if self.out_dir else None,
+            "verdicts": [{"id": v.id, "verdict": v.verdict, "passed": v.passed} for v in self.verdicts],
+            "host": self.host.to_dict() if self.host else None,
+        }
+
+
+@dataclass
+class ScenarioRun:
+    outcome: Outcome | None
+    error: str | None
+    duration_s: float
+    version: str | None
+
+
+# -- targets ------------------------------------------------------------------------------------------
+def testserver_targets(fixes: list[Fix], seed: int, bench: BenchSpec) -> dict[str, dict[str, Target]]:
+    """Every fix is judged on the same pair: the pre-fix switches on (base) and off (head)."""
+    pair: dict[str, Target] = {
+        "base": TestServerTarget("base", base_config(), bench, seed),
+        "head": TestServerTarget("head", head_config(), bench, seed),
+    }
+    return {f.id: pair for f in fixes}
+
+
+def docker_targets(
+    req: TierRequest, fixes: list[Fix], host: HostCheck, bench: BenchSpec
+) -> dict[str, dict[str, Target]]:
+    """One target per distinct image; all stay up at once only when each gets its own GPU pair."""
+    single = len(fixes) == 1
+    images = {fix.id: {s: req.images.resolve(fix, s, single) for s in SIDES} for fix in fixes}
+    digests = list(dict.fromkeys(i.digest for sides in images.values() for i in sides.values() if i))
+    persistent = len(host.gpus) >= 2 * len(digests) and len(digests) > 1
+    needs_content = any(FUNCTIONAL[p.name].needs_content for f in fixes for p in f.probes)
+    by_digest: dict[str, Target] = {}
+    out: dict[str, dict[str, Target]] = {}
+    for fix in fixes:
+        out[fix.id] = {}
+        for side, image in images[fix.id].items():
+            if image is None:
+                continue
+            if image.digest not in by_digest:
+                cfg = DeploymentConfig(
+                    side=side,
+                    image=image,
+                    model=req.model,
+                    rdma=host.rdma,
+                    hf_cache=req.hf_cache,
+                    load_format="auto" if needs_content else "dummy",
+                )
+                cfg = place(cfg, host.gpus, digests.index(image.digest) if persistent else None)
+                by_digest[image.digest] = DockerTarget(cfg, bench, req.seed, persistent)
+            out[fix.id][side] = by_digest[image.digest]
+    return out
+
+
+# -- running -------------------------------------------------------------------------------------------
+def _run_target(
+    target: Target, names: list[str], limits: Limits, say: Any
+) -> tuple[dict[str, ScenarioRun], PreflightReport | None]:
+    runs: dict[str, ScenarioRun] = {}
+    report = None
+    try:
+        with target.session() as ep:
+            version = read_engine("decode", ep.decode).version
+            for name in sorted(names, key=SCENARIO_ORDER.index):
+                say(f"{target.label()['label']}: {name}")
+                start = time.monotonic()
+                try:
+                    outcome, error = FUNCTIONAL[name].run(ep, limits), None
+                except ScenarioUnavailable as exc:
+                    outcome, error = None, f"scenario not possible on this deployment: {exc}"
+                except Exception as exc:  # a scenario bug must become an error observation, not a crash
+                    outcome, error = None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+                runs[name] = ScenarioRun(outcome, error, time.monotonic() - start, version)
+            envs = target.engine_env()
+            facts = {
+                role: read_engine(role, getattr(ep, role), envs.get(role), "deployment spec")
+                for role in ("prefill", "decode")
+            }
+            report = evaluate(facts)
+    except Exception as exc:  # the deployment itself failed: every scenario on it is an error
+        message = f"deployment failed: {type(exc).__name__}: {exc}"
+        for name in names:
+            runs.setdefault(name, ScenarioRun(None, message, 0.0, None))
+    return runs, report
+
+
+def _observation(fix: Fix, side: str, probe: str, target: Target, run: ScenarioRun | None) -> Observation:
+    source = target.label()
+    if run is None:
+        return Observation(
+            fix=fix.id,
+            probe=probe,
+            side=side,
+            source=source,
+            status="error",
+            error="scenario did not run",
+            runner=target.runner,
+        )
+    out = run.outcome
+    return Observation(
+        fix=fix.id,
+        probe=probe,
+        side=side,
+        source=source,
+        status="ok" if out else "error",
+        fields=dict(out.fields) if out else {},
+        events=list(out.events) if out else [],
+        problems=list(out.problems) if out else [],
+        error=run.error,
+        sglang_version=run.version,
+        duration_s=round(run.duration_s, 3),
+        runner=target.runner,
+    )
+
+
+def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
+    """Run the tier. Raises :class:`ConfigError` on bad input; ``skipped`` without GPU prerequisites."""
+    say = say or (lambda message: print(f"· {message}", file=sys.stderr))
+    started = dt.datetime.now(dt.UTC)
+    matrix = load_matrix(req.matrix)
+    fixes = gpu_fixes(list(matrix.fixes), req.fixes)
+    limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
+    bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
+    host = None
+    if req.testserver:
+        targets = testserver_targets(fixes, req.seed, bench)
+    else:
+        for fix in fixes:  # bad or missing images are the user's to fix first, GPU or not
+            for side in SIDES:
+                req.images.resolve(fix, side, len(fixes) == 1)
+        host = check_host()
+        if not host.ok:
+            return TierOutcome("skipped", SKIP_EXIT_CODE, reason=host.reason, host=host)
+        targets = docker_targets(req, fixes, host, bench)
+
+    distinct: dict[str, Target] = {}
+    needed: dict[str, set[str]] = {}
+    for fix in fixes:
+        for target in targets[fix.id].values():
+            distinct[target.key] = target
+            needed.setdefault(target.key, set()).update(p.name for p in fix.probes)
+    out = (req.out or repo_root() / "results" / f"gpu-{started.strftime('%Y%m%dT%H%M%SZ')}").resolve()
+    try:
+        with atomic_folder(out) as work:
+            runs: dict[str, dict[str, ScenarioRun]] = {}
+            reports: dict[str, PreflightReport] = {}
+            for key, target in distinct.items():
+                runs[key], report = _run_target(target, sorted(needed[key]), limits, say)
+                if report is not None:
+                    reports[target.label()["label"]] = report
+                    (work / "preflight").mkdir(exist_ok=True)
+                    (work / "preflight" / f"{key}.json").write_text(
+                        json.dumps(report.to_dict(), indent=2) + "\n"
+                    )
+                (work / "deployment").mkdir(exist_ok=True)
+                (work / "deployment" / f"{key}.json").write_text(
+                    json.dumps(target.describe(), indent=2, default=str) + "\n"
+                )
+            verdicts, abs_ = _judge(fixes, targets, runs, work, req, say)
+            passed = all(v.passed for v in verdicts)
+            _write(work, req, fixes, verdicts, abs_, reports, started, 0 if passed else 1, host)
+    finally:
+        for target in distinct.values():
+            target.close()
+    return TierOutcome(
+        "passed" if passed else "failed",
+        0 if passed else 1,
+        out,
+        verdicts,
+        host=host,
+        reason="every verdict as expected" if passed else "some verdicts failed",
+    )
+
+
+def _judge(
+    fixes: list[Fix],
+    targets: dict[str, dict[str, Target]],
+    runs: dict[str, dict[str, ScenarioRun]],
+    work: Path,
+    req: TierRequest,
+    say: Any,
+) -> tuple[list[FixVerdict], dict[str, ABResult]]:
+    verdicts: list[FixVerdict] = []
+    abs_: dict[str, ABResult] = {}
+    for fix in fixes:
+        sides = targets[fix.id]
+        labels = {
+            s: sides[s].label()
+            if s in sides
+            else {"label": "unavailable", "reason": getattr(fix, s).unavailable}
+            for s in SIDES
+        }
+        obs: dict[str, dict[str, Observation]] = {s: {} for s in SIDES}
+        for side in SIDES:
+            for spec in fix.probes:
+                if side not in sides:
+                    o = Observation.unavailable(
+                        fix.id, spec.name, side, labels[side].get("reason") or "no source"
+                    )
+                else:
+                    o = _observation(fix, side, spec.name, sides[side], runs[sides[side].key].get(spec.name))
+                o.write(work / "observations" / fix.id / side / f"{spec.name}.json")
+                obs[side][spec.name] = o
+        verdicts.append(judge_fix(fix, obs["base"], obs["head"], labels["base"], labels["head"]))
+        if PLANS[fix.id].throughput and all(s in sides for s in SIDES) and req.rounds > 0:
+            say(f"{fix.label}: throughput A/B, {req.rounds} interleaved round(s) per side")
+            ab = run_ab(dict(sides), req.rounds, work / "throughput" / fix.id, req.seed)
+            abs_[fix.id] = ab
+            (work / "throughput" / fix.id / "ab.json").write_text(json.dumps(ab.to_dict(), indent=2) + "\n")
+            tobs = {}
+            for side in SIDES:
+                tobs[side] = Observation(
+                    fix=fix.id,
+                    probe=THROUGHPUT,
+                    side=side,
+                    source=labels[side],
+                    status="ok" if not ab.error else "error",
+                    fields=ab.side_fields(side),
+                    error=ab.error,
+                    runner=sides[side].runner,
+                )
+                tobs[side].write(work / "observations" / fix.id / side / f"{THROUGHPUT}.json")
+            verdicts.append(
+                judge_throughput(fix, ab, tobs["base"], tobs["head"], labels["base"], labels["head"])
+            )
+    return verdicts, abs_
+
+
+def _write(
+    work: Path,
+    req: TierRequest,
+    fixes: list[Fix],
+    verdicts: list[FixVerdict],
+    abs_: dict[str, ABResult],
+    reports: dict[str, PreflightReport],
+    started: dt.datetime,
+    exit_code: int,
+    host: HostCheck | None,
+) -> None:
+    finished = dt.datetime.now(dt.UTC)
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    run = {
+        "schema": SCHEMA_VERSION,
+        "tool": "sglang-difflab",
+        "tool_version": __version__,
+        "command": "gpu",
+        "mode": "testserver" if req.testserver else "docker",
+        "argv": req.argv,
+        "started_at": started.strftime(stamp),
+        "finished_at": finished.strftime(stamp),
+        "fixes": [f.id for f in fixes],
+        "model": None if req.testserver else req.model,
+        "rounds": req.rounds,
+        "seed": req.seed,
+        "images": {k: str(v) for k, v in req.images.by_key.items()},
+        "host": host.to_dict() if host else None,
+        "exit_code": exit_code,
+        "limits": asdict(req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())),
+    }
+    (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+    write_diff_json(work / "diff.json", verdicts, {"tier": "gpu", "mode": run["mode"]})
+    write_junit(work / "junit.xml", verdicts, suite_name="difflab-gpu")
+    title = "SGLang GPU/RDMA tier" + (
+        " (test server: pre-fix switches on base, off on head)" if req.testserver else ""
+    )
+    write_summary(work / "summary.md", verdicts, title)
+    extra: list[str] = []
+    by_id = {f.id: f for f in fixes}
+    for fix_id, ab in abs_.items():
+        extra += throughput_section(by_id[fix_id].label, ab)
+    extra += preflight_section(reports)
+    if extra:
+        with (work / "summary.md").open("a") as fh:
+            fh.write("\n".join(extra) + "\n")
