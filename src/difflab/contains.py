@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from difflab.errors import ConfigError
 from difflab.matrix import Fix, Matrix, load_matrix
 from difflab.observation import Observation
 from difflab.paths import probes_dir, repo_root
+from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.release import ReleaseSource
@@ -135,9 +134,7 @@ def run_contains(
         raise ConfigError(f"{matrix.path}: release(s) {unknown} are not pinned under [releases]")
     out = (out or repo_root() / "results" / ("contains-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")))
     out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
+    with atomic_folder(out) as work:
         env.ensure()
         observed = track(runner, _jobs(matrix, fixes, releases, work))
         for o in observed:
@@ -158,10 +155,4 @@ def run_contains(
         (work / "contains.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         (work / "contains.md").write_text(render_markdown(fixes, releases, cells))
         shutil.copyfile(matrix.path, work / "matrix.toml")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return fixes, releases, cells, out

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
 from difflab.pipeline import judge_all, write_reports
+from difflab.runfolder import atomic_folder
 
 
 def collect(folders: list[Path]) -> list[Observation]:
@@ -53,11 +52,9 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
     labels = {(o.fix, o.side): label(o) for o in observations}
     verdicts = judge_all(fixes, observations, labels)
     out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     sources = {label(o)["label"]: o.source for o in observations if o.source}
-    try:
+    with atomic_folder(out) as work:
         for obs in observations:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
         shutil.copyfile(matrix_path, work / "matrix.toml")
@@ -72,10 +69,4 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
             from difflab.bundle import seal
 
             seal(work)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return verdicts

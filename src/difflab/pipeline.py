@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from difflab.matrix import Fix, Matrix, SidePin, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.report import write_diff_json, write_junit, write_summary
+from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner, runner_for
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import MaterialisedSource, SourceBackend, backend_for
@@ -168,9 +168,7 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
     out = (req.out or default_out()).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
+    with atomic_folder(out) as work:
         backend = _source_backend(req, matrix)
         if not set(req.sides) <= set(SIDES) or not req.sides:
             raise ConfigError(f"--side must be base or head, got {req.sides}")
@@ -214,10 +212,6 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
             from difflab.bundle import seal
 
             seal(work, key=req.key)
-        _replace_dir(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     if verdicts:
         reporter.table(verdicts, out)
     else:
@@ -279,16 +273,3 @@ def _write_run_files(
     (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     env_doc = env.describe() if env.ready else {"digest": env.digest, "note": "environment not built locally"}
     (work / "environment.json").write_text(json.dumps(env_doc, indent=2, sort_keys=True) + "\n")
-
-
-def _replace_dir(work: Path, out: Path) -> None:
-    """Move the finished run into place; an existing folder is replaced only now."""
-    if out.exists():
-        if not out.is_dir():
-            raise ConfigError(f"--out {out} exists and is not a folder")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(work, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(work, out)

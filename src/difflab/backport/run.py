@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,10 @@ from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
 from difflab.backport.judge import BackportVerdict, judge_backport
 from difflab.backport.report import write_backport_json, write_backport_junit, write_backport_summary
 from difflab.environment.shared import SharedEnvironment
-from difflab.errors import ConfigError
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
+from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner, runner_for
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.base import MaterialisedSource
@@ -119,9 +118,7 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
     say(f"fork commit {fork.identity['commit']} (tree {fork.identity['tree'][:12]})")
     upstream = req.upstream or default_repo()
     out = (req.out or default_out()).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
+    with atomic_folder(out) as work:
         env = SharedEnvironment()
         if req.runner != "docker":
             env.ensure(progress=say)
@@ -151,23 +148,12 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
         write_backport_summary(work / "summary.md", fork_doc, verdicts)
         _write_run_files(work, req, matrix.path, matrix.sha256, fixes, fork, env, runner, started, exit_code)
         if req.bundle:
-            _seal(work, req.key, say)
-        _replace_dir(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            from difflab.bundle import seal
+
+            seal(work, key=req.key)
     for v in verdicts:
         say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
     return BackportOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
-
-
-def _seal(work: Path, key: Path | None, say: Any) -> None:
-    try:
-        from difflab.bundle import seal
-    except ImportError:
-        say("bundle: difflab.bundle is not available; folder left unsealed")
-        return
-    seal(work, key=key)
 
 
 def _write_run_files(
@@ -198,16 +184,3 @@ def _write_run_files(
     (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     env_doc = env.describe() if env.ready else {"digest": env.digest, "note": "environment not built locally"}
     (work / "environment.json").write_text(json.dumps(env_doc, indent=2, sort_keys=True) + "\n")
-
-
-def _replace_dir(work: Path, out: Path) -> None:
-    """Move the finished folder into place; an existing folder is replaced only now."""
-    if out.exists():
-        if not out.is_dir():
-            raise ConfigError(f"--out {out} exists and is not a folder")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(work, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(work, out)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from difflab.environment.shared import SharedEnvironment
@@ -15,6 +13,7 @@ from difflab.matrix import load_matrix
 from difflab.paths import default_matrix, repo_root
 from difflab.pipeline import RunRequest, make_runner, side_pin
 from difflab.progress import Reporter
+from difflab.runfolder import atomic_folder
 from difflab.selfcheck import run_selfcheck, write_selfcheck
 from difflab.source import backend_for
 
@@ -26,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=default_matrix())
     parser.add_argument("--fix", action="append", dest="fixes", metavar="N")
     parser.add_argument("--out", type=Path, help="results folder (default: results/selfcheck-<timestamp>)")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="subprocess")
+    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
     parser.add_argument("--no-cache", dest="use_cache", action="store_false")
 
 
@@ -46,9 +45,7 @@ def main(args: argparse.Namespace) -> int:
     runner = make_runner(RunRequest(runner=args.runner, use_cache=args.use_cache), env)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = (args.out or repo_root() / "results" / f"selfcheck-{stamp}").resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
-    try:
+    with atomic_folder(out) as work:
         results = run_selfcheck(fixes, heads, runner, work, reporter.track)
         write_selfcheck(work, results)
         shutil.copyfile(matrix.path, work / "matrix.toml")
@@ -56,12 +53,6 @@ def main(args: argparse.Namespace) -> int:
             {"schema": 1, "tool": "sglang-difflab", "command": "selfcheck", "fixes": [f.id for f in fixes],
              "started_at": stamp, "exit_code": 0 if all(r.passed for r in results) else 1},
             indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     for r in results:
         colour = "green" if r.passed else "red"
         reporter.console.print(f"  {r.fix:>7} {r.mutation:<40} [{colour}]{r.outcome}[/{colour}]  {r.reason}")

@@ -26,7 +26,6 @@ from difflab.gpu.facts import read_engine
 from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
 from difflab.gpu.images import SIDES, ImageMap
 from difflab.gpu.report import preflight_section, throughput_section
-from difflab.gpu.runfolder import atomic_folder
 from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailable
 from difflab.gpu.scenarios.throughput import ABResult, run_ab
 from difflab.gpu.stats import DEFAULT_SEED
@@ -38,6 +37,7 @@ from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, repo_root
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.report import write_diff_json, write_junit, write_summary
+from difflab.runfolder import atomic_folder
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
 TESTSERVER_LIMITS = Limits(

@@ -1,7 +1,8 @@
 """Write a run folder under a temporary sibling and move it into place only when complete.
 
-Same promise as ``difflab run``: a crashed or interrupted GPU run never replaces a
-good result folder.
+Every command that writes results (run, merge, contains, selfcheck, backport, gpu) goes
+through here: a crashed or interrupted run never replaces a good result folder, and
+nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from difflab.errors import ConfigError
 
 
 @contextmanager
@@ -26,6 +29,9 @@ def atomic_folder(out: Path) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
         raise
     if out.exists():
+        if not out.is_dir():
+            shutil.rmtree(work, ignore_errors=True)
+            raise ConfigError(f"--out {out} exists and is not a folder")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, old)
         os.replace(work, out)
