@@ -42,7 +42,7 @@ class RunRequest:
     out: Path | None = None
     source_kind: str = "release"
     repo: str | None = None
-    runner: str = "subprocess"
+    runner: str = "warm"
     bundle: bool = True
     key: Path | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S

@@ -46,7 +46,7 @@ class BackportRequest:
     fixes: list[str] | None = None
     out: Path | None = None
     upstream: str | None = None
-    runner: str = "subprocess"
+    runner: str = "warm"
     bundle: bool = True
     key: Path | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S

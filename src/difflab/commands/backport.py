@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
     parser.add_argument("--upstream", help=f"where upstream fix commits come from, for the evidence "
                                            f"(default: ${REPO_ENV} or SGLang upstream)")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm", "docker"], default="subprocess",
+    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm", "docker"], default="warm",
                         help="how probes are executed (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-probe timeout in seconds")
     parser.add_argument("--scan-limit", type=int, default=DEFAULT_SCAN_LIMIT,

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release", action="append", dest="releases", metavar="X.Y.Z",
                         help="release to check (repeatable; default: every pinned release)")
     parser.add_argument("--out", type=Path, help="folder for contains.json / contains.md")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="subprocess")
+    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
     parser.add_argument("--no-cache", dest="use_cache", action="store_false")
 
 

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", dest="source_kind", choices=["release", "git"], default="release",
                         help="where base/head come from (default: release wheels)")
     parser.add_argument("--repo", help="git repository URL or path for --source git")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm", "docker"], default="subprocess",
+    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm", "docker"], default="warm",
                         help="how probes are executed (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=180.0, help="per-probe timeout in seconds")
     parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a signed bundle")

@@ -22,6 +22,7 @@ CHILD_MODULES = (
     "probe/__init__.py",
     "probe/kit.py",
     "probe/child.py",
+    "probe/server.py",
     "environment/__init__.py",
     "environment/stubs.py",
 )

@@ -20,6 +20,7 @@ from typing import Any
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
+from difflab.paths import cache_root
 from difflab.runner import childlib
 from difflab.runner.base import (
     ProbeJob,
@@ -49,7 +50,7 @@ def probe_env(source_root: Path, child_root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(
         PYTHONPATH=f"{source_root}{os.pathsep}{child_root}",
-        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPYCACHEPREFIX=str(cache_root() / "pycache"),
         PYTHONHASHSEED="0",
         CUDA_VISIBLE_DEVICES="",
         TOKENIZERS_PARALLELISM="false",

@@ -1,0 +1,165 @@
+"""Result cache: a probe re-runs only when something it depends on changed.
+
+An observation is a function of the SGLang source, the shared environment,
+the probe file, the harness it imports, the lab code that runs inside the
+probe process, and which fix/probe/side it answers for. The digest of all of
+them keys a stored observation (and its log) under
+``$DIFFLAB_CACHE/results/``. Only ``ok`` and ``n/a`` results are stored: an
+error may be a flake or the machine's fault, and must be retried, never
+replayed. ``--no-cache`` (``RunRequest.use_cache = False``) bypasses this
+wrapper entirely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.environment.shared import SharedEnvironment
+from difflab.observation import SCHEMA_VERSION, Observation
+from difflab.paths import cache_root
+from difflab.runner import childlib
+from difflab.runner.base import ProbeJob, Progress, Runner
+
+CACHE_SCHEMA = 1
+"""Bump when what a stored entry means changes; old entries then simply miss."""
+
+CACHEABLE = ("ok", "n/a")
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest(folder: Path) -> str:
+    """Every ``*.py`` under ``folder`` by relative path and content ('' if there is none)."""
+    if not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@dataclass
+class CachingRunner:
+    """Wraps any runner; answers from the cache where it can and runs only the rest."""
+
+    inner: Runner
+    environment: SharedEnvironment
+    cache_dir: Path | None = None
+    hits: int = field(default=0, init=False)
+    misses: int = field(default=0, init=False)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def folder(self) -> Path:
+        return self.cache_dir or cache_root() / "results"
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "cache": True}
+
+    def key_parts(self, job: ProbeJob, shared: dict[str, str] | None = None) -> dict[str, Any]:
+        """Everything the observation depends on (``shared``: digests computed once per run)."""
+        shared = shared or self._shared(job)
+        return {
+            "cache_schema": CACHE_SCHEMA,
+            "observation_schema": SCHEMA_VERSION,
+            "source": job.source.digest,
+            "environment": self.environment.digest,
+            "probe_file": file_digest(job.probe_file),
+            "harness": shared["harness"],
+            "child": shared["child"],
+            "fix": job.fix_id,
+            "probe": job.probe,
+            "side": job.side,
+        }
+
+    @staticmethod
+    def key(parts: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    def _shared(self, job: ProbeJob) -> dict[str, str]:
+        return {"harness": tree_digest(Path(job.probe_file).parent / "harness"), "child": childlib.child_digest()}
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    # -- running -------------------------------------------------------------------
+    def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
+        results: list[Observation | None] = [None] * len(jobs)
+        todo: list[tuple[int, str, dict[str, Any]]] = []
+        shared_by_dir: dict[Path, dict[str, str]] = {}
+        for i, job in enumerate(jobs):
+            probe_dir = Path(job.probe_file).parent
+            shared = shared_by_dir.setdefault(probe_dir, self._shared(job))
+            try:
+                parts = self.key_parts(job, shared)
+            except OSError:  # no probe file: the runner reports that as an error
+                results[i] = None
+                todo.append((i, "", {}))
+                continue
+            key = self.key(parts)
+            hit = self.load(key, job)
+            if hit is None:
+                todo.append((i, key, parts))
+                continue
+            self.hits += 1
+            results[i] = hit
+            if on_done:
+                on_done(hit)
+        if todo:
+            self.misses += len(todo)
+            fresh = self.inner.run([jobs[i] for i, _, _ in todo], on_done)
+            for (i, key, parts), obs in zip(todo, fresh, strict=True):
+                results[i] = obs
+                if key and obs.status in CACHEABLE:
+                    self.store(key, parts, obs, jobs[i])
+        return [r for r in results if r is not None]
+
+    # -- storage -------------------------------------------------------------------
+    def load(self, key: str, job: ProbeJob) -> Observation | None:
+        """The stored observation for ``key`` (marked cached, its log restored), or None."""
+        try:
+            entry = json.loads(self._path(key).read_text())
+            obs = Observation.from_dict(entry["observation"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if entry.get("key") != key or obs.status not in CACHEABLE:
+            return None
+        if job.log_path is not None and entry.get("log") is not None:
+            job.log_path.parent.mkdir(parents=True, exist_ok=True)
+            job.log_path.write_text(entry["log"])
+        return dataclasses.replace(
+            obs, fix=job.fix_id, probe=job.probe, side=job.side, source=dict(job.source.identity), cached=True,
+        )
+
+    def store(self, key: str, parts: dict[str, Any], obs: Observation, job: ProbeJob) -> None:
+        """Written to a temporary file and renamed, so a reader never sees half an entry."""
+        log = None
+        if job.log_path is not None:
+            try:
+                log = job.log_path.read_text(errors="replace")
+            except OSError:
+                log = None
+        entry = {"key": key, "parts": parts, "observation": obs.to_dict(), "log": log}
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:12]}-", suffix=".part")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(entry, fh, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

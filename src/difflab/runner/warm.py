@@ -1,0 +1,392 @@
+"""``--backend warm``: import SGLang once per source, fork a fresh process per probe.
+
+A fresh interpreter per probe pays ~5-9 s of imports and ~1.5 s of teardown
+for a probe that itself runs in well under a second. Here one hub process of
+the shared environment imports SGLang's third-party dependencies once, forks
+one server per SGLang source that imports that source's SGLang once, and each
+server forks a child per probe (see :mod:`difflab.probe.server`). A fork is a
+private copy, so probes stay as isolated as separate processes; a crash or a
+hang (killed at ``job.timeout_s``) is an ``error`` observation with the log.
+
+Scheduling: at most ``workers`` servers live at once (~500 MB each, of which
+the hub's share is copy-on-write), jobs grouped by source so each source is
+imported once, and at most ``parallel`` probe processes at once (the cores).
+Whatever the warm path cannot run (the hub or a server fails to start, or a
+server has threads and cannot fork safely) runs in fresh processes through
+:class:`~difflab.runner.subprocess.SubprocessRunner` instead, recorded as such.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from difflab.environment.shared import SharedEnvironment
+from difflab.observation import Observation
+from difflab.paths import cache_root
+from difflab.probe.server import HUB_PRELOAD, SERVER_PRELOAD
+from difflab.runner import childlib
+from difflab.runner.base import ProbeJob, Progress, error_observation, observation_from_raw, read_raw, tail
+from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
+
+START_TIMEOUT_S = 600.0
+"""Hub or server import: seconds normally, minutes on a cold disk; anything near this is a hang."""
+
+
+class WarmUnavailable(Exception):  # noqa: N818 - a condition the runner recovers from
+    """The hub could not be started or died; its jobs run in fresh processes."""
+
+
+@dataclass
+class _Hub:
+    """The lab's end of one hub process (stdin/stdout JSON lines)."""
+
+    proc: subprocess.Popen[bytes]
+    folder: Path
+    log: IO[bytes]
+    child_digest: str
+    info: dict[str, Any] = field(default_factory=dict)
+    buffer: bytes = b""
+
+    @classmethod
+    def start(
+        cls, python: Path, child_root: Path, preload: Sequence[str], preload_file: Path | None, pycache: Path | None,
+    ) -> _Hub:
+        folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
+        log = (folder / "hub.log").open("wb")
+        env = probe_env(Path(os.devnull), child_root) | {"PYTHONPATH": str(child_root)}
+        cmd = [str(python), "-m", "difflab.probe.server", "--preload", ",".join(preload),
+               "--preload-file", str(preload_file or ""), "--pycache", str(pycache or "")]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
+        hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest())
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        try:
+            ready = hub.next_event(START_TIMEOUT_S)
+        except WarmUnavailable:
+            hub.close()
+            raise
+        if ready.get("event") != "hub-ready" or int(ready.get("threads", 1)) > 1:
+            hub.close()
+            raise WarmUnavailable(f"hub not usable: {ready}")
+        hub.info = ready
+        atexit.register(hub.close)
+        return hub
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, ValueError, OSError) as exc:
+            raise WarmUnavailable(f"hub is gone: {exc}\n{self.log_tail()}") from None
+
+    def next_event(self, timeout_s: float) -> dict[str, Any]:
+        """The hub's next message; raises :class:`WarmUnavailable` if it died or went silent."""
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WarmUnavailable(f"hub silent for {timeout_s:.0f} s\n{self.log_tail()}")
+                if not sel.select(left):
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    raise WarmUnavailable(f"hub exited ({self.proc.poll()})\n{self.log_tail()}")
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def log_tail(self) -> str:
+        try:
+            self.log.flush()
+            return tail((self.folder / "hub.log").read_text(errors="replace"), 20)
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """End of input stops the hub, which stops its servers and their probes."""
+        atexit.unregister(self.close)
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class _Server:
+    """One source's server, from the lab's side."""
+
+    name: str
+    pending: deque[int]
+    running: set[int] = field(default_factory=set)
+    ready: bool = False
+    import_s: float | None = None
+
+
+@dataclass
+class WarmRunner:
+    """``--backend warm``: one forking server per SGLang source (the default back end)."""
+
+    environment: SharedEnvironment = field(default_factory=SharedEnvironment)
+    workers: int = field(default_factory=default_workers)
+    name: str = "warm"
+    parallel: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """Probe processes at once, over all servers."""
+    hub_preload: tuple[str, ...] = HUB_PRELOAD
+    server_preload: tuple[str, ...] = SERVER_PRELOAD
+    pycache: Path | None = None
+    """Bytecode cache for the sources (default ``$DIFFLAB_CACHE/pycache``); the sources stay untouched."""
+    learn: bool = True
+    """Remember which third-party modules the servers imported, so the next hub preloads them once for all."""
+    stats: dict[str, Any] = field(
+        default_factory=lambda: {"hubs": [], "servers": [], "fallbacks": [], "probe_wall_s": []})
+    """What the runs so far cost: hub and server imports, per-probe fork-to-exit wall time, fallbacks."""
+    _hub: _Hub | None = field(default=None, init=False, repr=False)
+    _names: int = field(default=0, init=False, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "workers": self.workers, "parallel": self.parallel,
+            "environment": self.environment.digest, "hub_preload": list(self.hub_preload),
+            "server_preload": list(self.server_preload), "fallbacks": len(self.stats["fallbacks"]),
+        }
+
+    def close(self) -> None:
+        """Stop the hub now (otherwise at exit, or when this process's end closes its pipe)."""
+        if self._hub is not None:
+            self._hub.close()
+            self._hub = None
+
+    def __enter__(self) -> WarmRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- running -------------------------------------------------------------------
+    def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
+        results: list[Observation | None] = [None] * len(jobs)
+        if not jobs:
+            return []
+        child_root = childlib.stage()
+        fallback: list[int] = []
+        work = Path(tempfile.mkdtemp(prefix="difflab-warm-run-"))
+        try:
+            try:
+                hub = self._hub_for(child_root)
+                self._schedule(hub, jobs, results, fallback, on_done, work)
+            except WarmUnavailable as exc:
+                self.close()
+                left = [i for i, r in enumerate(results) if r is None and i not in fallback]
+                self._note_fallback(f"warm runner unavailable: {exc}", left)
+                fallback += left
+            except BaseException:
+                self.close()  # servers of an interrupted run must not outlive it
+                raise
+            if fallback:
+                self._run_fallback(jobs, sorted(set(fallback)), results, on_done, child_root)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return [r for r in results if r is not None]
+
+    def _hub_for(self, child_root: Path) -> _Hub:
+        if self._hub is not None and (not self._hub.alive or self._hub.child_digest != childlib.child_digest()):
+            self.close()
+        if self._hub is None:
+            pycache = self.pycache or cache_root() / "pycache"
+            learned = self._learned_file() if self.learn and self._learned_file().exists() else None
+            try:
+                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, learned, pycache)
+            except WarmUnavailable:
+                if learned is None:
+                    raise
+                # A learned module may have started a thread (the hub cannot fork then) or crashed:
+                # forget the list rather than fall back to fresh processes from now on.
+                learned.unlink(missing_ok=True)
+                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, pycache)
+            self.stats["hubs"].append({k: self._hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
+            if learned is not None and self._hub.info.get("failed"):
+                self._forget(set(self._hub.info["failed"]))  # e.g. a module a library made up at run time
+        return self._hub
+
+    def _learned_file(self) -> Path:
+        return cache_root() / "warm" / f"hub-preload-{self.environment.digest[:16]}.txt"
+
+    def _learn(self, imported: list[str]) -> None:
+        """Add what a server imported from the environment to the next hub's preload list.
+
+        Only speed depends on it: a module the hub did not preload is imported by the server.
+        """
+        if not self.learn or not imported:
+            return
+        path = self._learned_file()
+        known = path.read_text().split() if path.exists() else []
+        new = [m for m in imported if m not in set(known)]
+        if new:
+            self._write_learned(known + new)
+
+    def _forget(self, modules: set[str]) -> None:
+        path = self._learned_file()
+        if path.exists():
+            self._write_learned([m for m in path.read_text().split() if m not in modules])
+
+    def _write_learned(self, modules: list[str]) -> None:
+        path = self._learned_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text("\n".join(modules) + "\n")
+        os.replace(tmp, path)
+
+    def _schedule(
+        self, hub: _Hub, jobs: Sequence[ProbeJob], results: list[Observation | None], fallback: list[int],
+        on_done: Progress | None, work: Path,
+    ) -> None:
+        """Open servers source by source, keep ``parallel`` probes running, turn events into observations."""
+        by_source: dict[tuple[str, str], deque[int]] = {}
+        for i, job in enumerate(jobs):
+            by_source.setdefault((str(job.source.root), job.source.digest), deque()).append(i)
+        waiting = deque(by_source.items())
+        servers: dict[str, _Server] = {}
+        running = 0
+        watchdog = max(j.timeout_s for j in jobs) + START_TIMEOUT_S
+
+        def finish(i: int, obs: Observation) -> None:
+            results[i] = obs
+            if on_done:
+                on_done(obs)
+
+        def give_up(server: _Server, reason: str) -> None:
+            nonlocal running
+            idx = [*server.running, *server.pending]
+            running -= len(server.running)
+            self._note_fallback(f"server {server.name}: {reason}", idx)
+            fallback.extend(idx)
+            servers.pop(server.name, None)
+
+        while waiting or servers:
+            while waiting and len(servers) < self.workers:
+                (root, _digest), idx = waiting.popleft()
+                self._names += 1
+                server = _Server(name=f"s{self._names}", pending=idx)
+                servers[server.name] = server
+                hub.send({"op": "open", "server": server.name, "root": root, "preload": list(self.server_preload),
+                          "log": str(work / f"{server.name}.log"), "timeout_s": START_TIMEOUT_S})
+            for server in list(servers.values()):
+                while server.ready and server.pending and running < self.parallel:
+                    i = server.pending.popleft()
+                    hub.send(self._run_request(server.name, i, jobs[i], work))
+                    server.running.add(i)
+                    running += 1
+                if server.ready and not server.pending and not server.running:
+                    hub.send({"op": "close", "server": server.name})
+                    servers.pop(server.name)
+            if not servers:
+                continue
+            event = hub.next_event(watchdog)
+            server = servers.get(event.get("server", ""))
+            if server is None:
+                continue
+            kind = event.get("event")
+            if kind == "ready":
+                server.ready = True
+                server.import_s = event.get("import_s")
+                self._learn(list(event.get("imported") or []))
+                keep = ("server", "import_s", "import_cpu_s", "failed")
+                self.stats["servers"].append({k: event.get(k) for k in keep})
+            elif kind == "server-failed":
+                give_up(server, f"{event.get('reason')}\n{event.get('log', '')}".strip())
+            elif kind == "done":
+                i = int(event["job"])
+                if i not in server.running:
+                    continue
+                server.running.discard(i)
+                running -= 1
+                if event.get("unsafe"):
+                    self._note_fallback(f"server {server.name}: {event['unsafe']}", [i])
+                    fallback.append(i)
+                    continue
+                self.stats["probe_wall_s"].append(event.get("wall_s"))
+                finish(i, self._observation(jobs[i], event, work / f"j{i}"))
+
+    def _run_request(self, server: str, i: int, job: ProbeJob, work: Path) -> dict[str, Any]:
+        folder = work / f"j{i}"
+        folder.mkdir()
+        log = job.log_path or folder / "probe.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        return {"op": "run", "server": server, "job": i, "probe": str(Path(job.probe_file).resolve()),
+                "out": str(folder / "result.json"), "log": str(log), "timeout_s": job.timeout_s}
+
+    def _observation(self, job: ProbeJob, event: dict[str, Any], folder: Path) -> Observation:
+        """The same outcomes, in the same words, as :class:`SubprocessRunner`."""
+        log_path = job.log_path or folder / "probe.log"
+        wall = float(event.get("wall_s") or 0.0)
+
+        def log() -> str:
+            try:
+                return tail(log_path.read_text(errors="replace"))
+            except OSError:
+                return ""
+
+        if event.get("timed_out"):
+            return error_observation(job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{log()}", wall)
+        out = folder / "result.json"
+        if not out.exists():
+            how = f"signal {event['signal']}" if event.get("signal") else f"exit {event.get('exit')}"
+            return error_observation(job, self.name, f"probe process died ({how}) without a result\n{log()}", wall)
+        try:
+            raw = read_raw(out)
+        except ValueError as exc:
+            return error_observation(job, self.name, f"unreadable probe result: {exc}")
+        return observation_from_raw(job, raw, self.name)
+
+    # -- the way out -----------------------------------------------------------------
+    def _note_fallback(self, reason: str, idx: list[int]) -> None:
+        if idx:
+            self.stats["fallbacks"].append({"reason": reason.splitlines()[0] if reason else "", "jobs": len(idx)})
+
+    def _run_fallback(
+        self, jobs: Sequence[ProbeJob], idx: list[int], results: list[Observation | None],
+        on_done: Progress | None, child_root: Path,
+    ) -> None:
+        """Fresh processes for what the warm path could not run (``runner = "subprocess"`` says so)."""
+        runner = SubprocessRunner(environment=self.environment, workers=self.parallel)
+
+        def one(i: int) -> None:
+            obs = runner.run_one(jobs[i], child_root)
+            results[i] = obs
+            if on_done:
+                on_done(obs)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(idx)))) as pool:
+            list(pool.map(one, idx))
