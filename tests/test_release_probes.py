@@ -31,7 +31,7 @@ EXPECTED = {"36988": "confirmed", "38935": "confirmed", "41404": "confirmed", "4
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
     out = tmp_path_factory.mktemp("run") / "out"
-    outcome = execute(RunRequest(matrix=matrix_path, out=out, bundle=False))
+    outcome = execute(RunRequest(matrix=matrix_path, out=out, bundle=False, use_cache=False))
     return outcome, json.loads((out / "diff.json").read_text())
 
 

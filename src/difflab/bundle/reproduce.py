@@ -39,13 +39,16 @@ Executor = Callable[[RerunSpec], Path]
 
 
 def pipeline_executor(spec: RerunSpec) -> Path:
-    """Run through :mod:`difflab.pipeline` without bundling; returns the new run folder."""
+    """Run through :mod:`difflab.pipeline` without bundling; returns the new run folder.
+
+    The result cache is bypassed: a reproduction re-executes every probe.
+    """
     from difflab.pipeline import RunRequest, execute
 
     options = {} if spec.sides is None else {"sides": spec.sides}
     outcome = execute(RunRequest(
         matrix=spec.matrix, fixes=spec.fixes, out=spec.out, source_kind=spec.source_kind,
-        repo=spec.repo, runner=spec.runner, bundle=False, **options,
+        repo=spec.repo, runner=spec.runner, bundle=False, use_cache=False, **options,
     ))
     return Path(outcome.out_dir)
 
