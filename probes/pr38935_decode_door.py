@@ -32,8 +32,9 @@ import functools
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.requests import abort_while_running, fake_output_streamer, new_req, reject_at_intake
-from harness.runtime import bare, cache_aborts, ensure_runtime, fake_tree_cache
+from harness.requests import abort_while_running, new_req, reject_at_intake
+from harness.runtime import bare, cache_aborts, ensure_runtime
+from harness.scheduler import bare_scheduler
 
 MAX_TOTAL_TOKENS = 1024
 
@@ -60,17 +61,8 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
     """A real DecodePreallocQueue (no constructor) wired to a real, bare Scheduler."""
     from sglang.srt.disaggregation.decode import DecodePreallocQueue
     from sglang.srt.disaggregation.utils import TransferBackend
-    from sglang.srt.managers.scheduler import Scheduler
 
-    output_streamer, sent = fake_output_streamer(kit)
-    tree_cache, cache_abort = fake_tree_cache(kit)
-    scheduler = bare(
-        Scheduler,
-        output_streamer=output_streamer,
-        tree_cache=tree_cache,
-        beam_coordinator=kit.fake("beam_coordinator", retire_group=kit.recorder("retire_group")),
-        enable_hisparse=False,
-    )
+    scheduler, seen = bare_scheduler(kit, enable_hisparse=False)
     queue = bare(
         DecodePreallocQueue,
         scheduler=scheduler,
@@ -90,7 +82,7 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
         side_effect=functools.partial(DecodePreallocQueue._create_receiver_and_enqueue, queue),
     )
     queue._create_receiver_and_enqueue = create_receiver
-    return queue, {"sent": sent, "cache_abort": cache_abort, "create": create_receiver}
+    return queue, {**seen, "create": create_receiver}
 
 
 def _admit(kit: Kit, scenario: str, req: Any, **flags: bool) -> dict[str, Any]:

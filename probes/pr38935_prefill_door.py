@@ -28,8 +28,9 @@ import inspect
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.requests import abort_while_running, fake_output_streamer, new_req, reject_at_intake
-from harness.runtime import bare, cache_aborts, ensure_runtime, fake_tree_cache
+from harness.requests import abort_while_running, new_req, reject_at_intake
+from harness.runtime import bare, cache_aborts, ensure_runtime
+from harness.scheduler import bare_scheduler
 
 NUM_KV_HEADS = 8
 MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token stub
@@ -60,17 +61,8 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
     """A real PrefillBootstrapQueue (no constructor) wired to a real, bare Scheduler."""
     from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
     from sglang.srt.disaggregation.utils import TransferBackend
-    from sglang.srt.managers.scheduler import Scheduler
 
-    output_streamer, sent = fake_output_streamer(kit)
-    tree_cache, cache_abort = fake_tree_cache(kit)
-    scheduler = bare(
-        Scheduler,
-        output_streamer=output_streamer,
-        tree_cache=tree_cache,
-        # Owns beam rows in GPU memory; a request without a beam group is a no-op for it.
-        beam_coordinator=kit.fake("beam_coordinator", retire_group=kit.recorder("retire_group")),
-    )
+    scheduler, seen = bare_scheduler(kit)
     queue = bare(
         PrefillBootstrapQueue,
         scheduler=scheduler,
@@ -80,7 +72,7 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
         bootstrap_port=8998,
         **_queue_reads(),
     )
-    return queue, {"sent": sent, "cache_abort": cache_abort}
+    return queue, seen
 
 
 def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
