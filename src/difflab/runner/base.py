@@ -80,3 +80,21 @@ def read_raw(path: Path) -> dict[str, Any]:
 
 def tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def write_log(job: ProbeJob, log: str) -> None:
+    """Keep the probe process's output beside its observation."""
+    if job.log_path is not None:
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        job.log_path.write_text(log)
+
+
+def collect_result(job: ProbeJob, runner: str, out: Path, death: str, log: str, wall_s: float) -> Observation:
+    """The child's result file as an observation; its absence (``death`` says how it ended) as an error."""
+    if not out.exists():
+        return error_observation(job, runner, f"{death} without a result\n{tail(log)}", wall_s)
+    try:
+        raw = read_raw(out)
+    except ValueError as exc:
+        return error_observation(job, runner, f"unreadable probe result: {exc}")
+    return observation_from_raw(job, raw, runner)

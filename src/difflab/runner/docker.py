@@ -34,7 +34,7 @@ from difflab.environment.shared import SharedEnvironment
 from difflab.errors import EnvironmentSetupError
 from difflab.observation import Observation
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, error_observation, observation_from_raw, read_raw, tail
+from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail, write_log
 from difflab.runner.docker_image import DifflabImage, ensure_image, resolve_image
 from difflab.runner.subprocess import default_workers
 
@@ -226,7 +226,7 @@ class DockerRunner:
                     with contextlib.suppress(Exception):
                         container.kill()
                     log = _logs(container)
-                    _write_log(job, log)
+                    write_log(job, log)
                     if time.perf_counter() - waited < 0.9 * job.timeout_s:  # not our timeout: the engine
                         why = f"lost the Docker engine while the probe ran: {exc}"
                     else:
@@ -244,18 +244,11 @@ class DockerRunner:
                 if container is not None:
                     with contextlib.suppress(Exception):
                         container.remove(force=True)
-            _write_log(job, log)
-            if not out.exists():
-                why = f"out of memory (limit {self.mem_limit})" if oom else f"exit {code}"
-                return error_observation(
-                    job, self.name, f"probe container died ({why}) without a result\n{tail(log)}",
-                    time.perf_counter() - started,
-                )
-            try:
-                raw = read_raw(out)
-            except ValueError as exc:
-                return error_observation(job, self.name, f"unreadable probe result: {exc}")
-        return observation_from_raw(job, raw, self.name)
+            write_log(job, log)
+            why = f"out of memory (limit {self.mem_limit})" if oom else f"exit {code}"
+            return collect_result(
+                job, self.name, out, f"probe container died ({why})", log, time.perf_counter() - started
+            )
 
 
 def _logs(container: Any) -> str:
@@ -264,9 +257,3 @@ def _logs(container: Any) -> str:
     except Exception as exc:  # the log is evidence, not a reason to lose the observation
         return f"(container log unavailable: {exc})"
     return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-
-
-def _write_log(job: ProbeJob, log: str) -> None:
-    if job.log_path is not None:
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        job.log_path.write_text(log)

@@ -22,14 +22,7 @@ from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.runner import childlib
-from difflab.runner.base import (
-    ProbeJob,
-    Progress,
-    error_observation,
-    observation_from_raw,
-    read_raw,
-    tail,
-)
+from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail, write_log
 
 PROCESS_MEMORY_BYTES = 700 * 1024 * 1024
 """Peak RSS of one probe process with SGLang imported (measured ~500 MB, with headroom)."""
@@ -98,31 +91,18 @@ class SubprocessRunner:
                 log, code = (proc.stdout or "") + (proc.stderr or ""), proc.returncode
             except subprocess.TimeoutExpired as exc:
                 log = _text(exc.stdout) + _text(exc.stderr)
-                _write_log(job, log)
+                write_log(job, log)
                 return error_observation(
                     job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}",
                     time.perf_counter() - started,
                 )
-            _write_log(job, log)
-            if not out.exists():
-                return error_observation(
-                    job, self.name, f"probe process died (exit {code}) without a result\n{tail(log)}",
-                    time.perf_counter() - started,
-                )
-            try:
-                raw = read_raw(out)
-            except ValueError as exc:
-                return error_observation(job, self.name, f"unreadable probe result: {exc}")
-        return observation_from_raw(job, raw, self.name)
+            write_log(job, log)
+            return collect_result(
+                job, self.name, out, f"probe process died (exit {code})", log, time.perf_counter() - started
+            )
 
 
 def _text(data: str | bytes | None) -> str:
     if data is None:
         return ""
     return data.decode(errors="replace") if isinstance(data, bytes) else data
-
-
-def _write_log(job: ProbeJob, log: str) -> None:
-    if job.log_path is not None:
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        job.log_path.write_text(log)

@@ -38,7 +38,7 @@ from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.probe.server import HUB_PRELOAD, SERVER_PRELOAD
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, error_observation, observation_from_raw, read_raw, tail
+from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail
 from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
 
 START_TIMEOUT_S = 600.0
@@ -360,15 +360,8 @@ class WarmRunner:
 
         if event.get("timed_out"):
             return error_observation(job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{log()}", wall)
-        out = folder / "result.json"
-        if not out.exists():
-            how = f"signal {event['signal']}" if event.get("signal") else f"exit {event.get('exit')}"
-            return error_observation(job, self.name, f"probe process died ({how}) without a result\n{log()}", wall)
-        try:
-            raw = read_raw(out)
-        except ValueError as exc:
-            return error_observation(job, self.name, f"unreadable probe result: {exc}")
-        return observation_from_raw(job, raw, self.name)
+        how = f"signal {event['signal']}" if event.get("signal") else f"exit {event.get('exit')}"
+        return collect_result(job, self.name, folder / "result.json", f"probe process died ({how})", log(), wall)
 
     # -- the way out -----------------------------------------------------------------
     def _note_fallback(self, reason: str, idx: list[int]) -> None:
