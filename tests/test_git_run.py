@@ -45,3 +45,24 @@ def test_run_on_git_commits_confirms_the_fix_and_replays_its_upstream_tests(tmp_
     for side, failures, errors in (("base", 1, 1), ("head", 0, 0)):
         suite = next(iter(JUnitXml.fromfile(str(out / "upstream-tests" / "38935" / f"{side}.xml"))))
         assert (suite.tests, suite.failures, suite.errors) == (3, failures, errors)
+
+
+def test_git_source_gives_the_same_verdicts_as_the_release_source(tmp_path: Path) -> None:
+    """Same code, two ways of getting it: every verdict must agree (#41404 has no merge commit here)."""
+    repos = release_repos()
+    matrix = matrix_copy(tmp_path / "m")
+    cli(["lock", "--matrix", str(matrix), "--repo", str(repos.upstream)])
+    picks = ["--fix", "36988", "--fix", "38935", "--fix", "43719"]
+    verdicts = {}
+    for kind in ("release", "git"):
+        out = tmp_path / kind
+        extra = ["--repo", str(repos.upstream)] if kind == "git" else []
+        rc = cli(["run", "--source", kind, *extra, "--matrix", str(matrix), *picks, "--out", str(out), "--no-bundle"])
+        assert rc == 0, kind
+        diff = json.loads((out / "diff.json").read_text())
+        verdicts[kind] = {f["id"]: f["verdict"] for f in diff["fixes"]}
+        if kind == "git":
+            assert {f["base"]["kind"] for f in diff["fixes"]} == {"git"}
+    assert verdicts["git"] == verdicts["release"] == {
+        "36988": "confirmed", "38935": "confirmed", "43719a": "confirmed", "43719b": "unavailable",
+    }
