@@ -33,8 +33,8 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.requests import abort_while_running, new_req, reject_at_intake
-from harness.runtime import bare, cache_aborts, ensure_runtime
-from harness.scheduler import bare_scheduler
+from harness.runtime import bare, ensure_runtime
+from harness.scheduler import bare_scheduler, retirement_fields
 
 MAX_TOTAL_TOKENS = 1024
 
@@ -95,9 +95,7 @@ def _admit(kit: Kit, scenario: str, req: Any, **flags: bool) -> dict[str, Any]:
         f"{scenario}.receiver_created": seen["create"].count > 0,
         f"{scenario}.pending": any(d.req is req for d in queue.pending_reqs),
         f"{scenario}.retracted_queue": req in queue.retracted_queue,
-        f"{scenario}.retired": req.finished(),
-        f"{scenario}.streamed": seen["sent"].get(req.rid, []),
-        f"{scenario}.cache_aborts": cache_aborts(seen["cache_abort"]),
+        **retirement_fields(scenario, req, seen),
     }
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.requests import abort_while_running, new_req, reject_at_intake
-from harness.runtime import bare, cache_aborts, ensure_runtime
-from harness.scheduler import bare_scheduler
+from harness.runtime import bare, ensure_runtime
+from harness.scheduler import bare_scheduler, retirement_fields
 
 NUM_KV_HEADS = 8
 MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token stub
@@ -85,9 +85,7 @@ def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
     return {
         f"{scenario}.enqueued": req in queue.queue,
         f"{scenario}.sender_created": isinstance(getattr(req, "disagg_kv_sender", None), FakeKVSender),
-        f"{scenario}.retired": req.finished(),
-        f"{scenario}.streamed": seen["sent"].get(req.rid, []),
-        f"{scenario}.cache_aborts": cache_aborts(seen["cache_abort"]),
+        **retirement_fields(scenario, req, seen),
     }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from difflab.backport.evidence import Evidence, disagreements
-from difflab.backport.judge import judge_backport
+from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
 from difflab.upstream_tests.replay import SideRun, TestOutcome, diff_sides

@@ -11,7 +11,7 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.requests import fake_output_streamer
-from harness.runtime import bare, fake_tree_cache
+from harness.runtime import bare, cache_aborts, fake_tree_cache
 
 
 def bare_scheduler(kit: Kit, **attrs: Any) -> tuple[Any, dict[str, Any]]:
@@ -28,3 +28,12 @@ def bare_scheduler(kit: Kit, **attrs: Any) -> tuple[Any, dict[str, Any]]:
         **attrs,
     )
     return scheduler, {"sent": sent, "cache_abort": cache_abort}
+
+
+def retirement_fields(scenario: str, req: Any, seen: dict[str, Any]) -> dict[str, Any]:
+    """How the scheduler ended ``req``: ``retired``, ``streamed`` (statuses its client got), ``cache_aborts``."""
+    return {
+        f"{scenario}.retired": req.finished(),
+        f"{scenario}.streamed": seen["sent"].get(req.rid, []),
+        f"{scenario}.cache_aborts": cache_aborts(seen["cache_abort"]),
+    }

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.diff.classify import Match, classify, controls_hold
+from difflab.diff.likeness import judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
 from difflab.matrix import Fix, Matrix, load_matrix
@@ -55,38 +55,25 @@ def expected_cell(fix: Fix, release: str, order: list[str]) -> str | None:
     return None
 
 
+CELL = {"present": "fixed", "absent": "bug", "partial": "partial", "error": "error"}
+"""The shared likeness verdict (:mod:`difflab.diff.likeness`), in a release table's words."""
+
+
 def judge_cell(fix: Fix, release: str, obs: dict[str, Observation], expected: str | None) -> Cell:
-    matches: dict[str, str] = {}
-    drift: list[str] = []
-    for spec in fix.probes:
-        o = obs.get(spec.name)
-        if o is not None and o.status == "n/a":
-            matches[spec.name] = "n/a"
-            continue
-        m = classify(o, spec)
-        matches[spec.name] = m.value
-        if m is not Match.ERROR:
-            drift += [f"{spec.name}:{c}" for c in controls_hold(o, spec)]
-    values = set(matches.values())
+    """One release's cell: its probes judged like a backport of the fix, except a missing code path (``n/a``)."""
     if not fix.probes:
-        verdict, detail = "n/a", "no probes declared"
-    elif "error" in values or drift:
-        verdict = "error"
-        detail = "; ".join(
-            [f"{n}: {(obs[n].error or '').strip().splitlines()[-1:] or ['error']}" for n, v in matches.items()
-             if v == "error" and n in obs]
-            + ([f"controls off: {', '.join(drift)}"] if drift else [])
-        )
-    elif values == {"n/a"}:
-        verdict, detail = "n/a", "; ".join(f"{n}: {obs[n].error}" for n in matches if n in obs)
-    elif values == {"head"}:
-        verdict, detail = "fixed", ""
-    elif values == {"base"}:
-        verdict, detail = "bug", ""
-    else:
-        verdict = "partial"
-        detail = ", ".join(f"{n}={v}" for n, v in matches.items())
-    return Cell(fix=fix.id, release=release, verdict=verdict, expected=expected, probes=matches, detail=detail)
+        return Cell(fix=fix.id, release=release, verdict="n/a", expected=expected, detail="no probes declared")
+    if all(o.status == "n/a" for o in obs.values()) and len(obs) == len(fix.probes):
+        detail = "; ".join(f"{n}: {o.error}" for n, o in obs.items())
+        return Cell(fix=fix.id, release=release, verdict="n/a", expected=expected,
+                    probes=dict.fromkeys(obs, "n/a"), detail=detail)
+    judged = judge_backport(fix, obs)
+    verdict = CELL[judged.verdict]
+    return Cell(
+        fix=fix.id, release=release, verdict=verdict, expected=expected,
+        probes={p.probe: p.like for p in judged.probes},
+        detail="" if verdict in ("fixed", "bug") else judged.reason,
+    )
 
 
 def _jobs(matrix: Matrix, fixes: list[Fix], releases: list[str], work: Path) -> list[ProbeJob]:

@@ -26,7 +26,7 @@ from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.report import write_diff_json, write_junit, write_summary
 from difflab.runfolder import atomic_folder
-from difflab.runner import ProbeJob, Runner, runner_for
+from difflab.runner import ProbeJob, Runner, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import MaterialisedSource, SourceBackend, backend_for
 
@@ -82,7 +82,7 @@ def side_pin(fix: Fix, side: str, source_kind: str, matrix_path: Path | None = N
     """The pin for one side under the chosen source kind (git uses the matrix's commits/lock)."""
     pin: SidePin = getattr(fix, side)
     if source_kind == "git" and not pin.unavailable:
-        from difflab.source.git import commit_pin_for  # type: ignore[import-not-found]
+        from difflab.source.git import commit_pin_for
 
         return commit_pin_for(fix, side, matrix_path)
     return pin
@@ -145,17 +145,7 @@ def source_label(src: MaterialisedSource | str) -> dict[str, Any]:
 
 
 def make_runner(req: RunRequest, env: SharedEnvironment) -> Runner:
-    options = dict(req.runner_options)
-    if req.runner in ("subprocess", "warm"):
-        options.setdefault("environment", env)
-    runner = runner_for(req.runner, **options)
-    if req.use_cache and req.runner != "docker":
-        try:
-            from difflab.runner.cache import CachingRunner  # type: ignore[import-not-found]
-        except ImportError:
-            return runner
-        return CachingRunner(inner=runner, environment=env)
-    return runner
+    return build_runner(req.runner, env, req.use_cache, **req.runner_options)
 
 
 def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:

@@ -8,7 +8,7 @@ from typing import Any
 
 from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 
-from difflab.backport.judge import BackportVerdict
+from difflab.diff.likeness import BackportVerdict
 from difflab.observation import SCHEMA_VERSION
 
 ICON = {"present": "✅", "absent": "❌", "partial": "⚠️", "error": "💥"}

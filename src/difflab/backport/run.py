@@ -20,14 +20,14 @@ from typing import Any
 
 from difflab import __version__
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
-from difflab.backport.judge import BackportVerdict, judge_backport
 from difflab.backport.report import write_backport_json, write_backport_junit, write_backport_summary
+from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.runfolder import atomic_folder
-from difflab.runner import ProbeJob, Runner, runner_for
+from difflab.runner import ProbeJob, Runner, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.base import MaterialisedSource
 from difflab.source.git import GitSource
@@ -89,20 +89,6 @@ def fork_jobs(fixes: list[Fix], src: MaterialisedSource, work: Path, timeout_s: 
     return jobs, known
 
 
-def _runner(req: BackportRequest, env: SharedEnvironment) -> Runner:
-    options: dict[str, Any] = {}
-    if req.runner in ("subprocess", "warm"):
-        options["environment"] = env
-    runner = runner_for(req.runner, **options)
-    if req.use_cache and req.runner != "docker":
-        try:
-            from difflab.runner.cache import CachingRunner  # type: ignore[import-not-found]
-        except ImportError:
-            return runner
-        return CachingRunner(inner=runner, environment=env)
-    return runner
-
-
 def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
     """Check the fork; raise :class:`DifflabError` on bad input (unknown fix, unreachable repo, bad ref)."""
     from difflab.progress import Reporter
@@ -122,7 +108,7 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
         env = SharedEnvironment()
         if req.runner != "docker":
             env.ensure(progress=say)
-        runner = _runner(req, env)
+        runner = build_runner(req.runner, env, req.use_cache)
         jobs, known = fork_jobs(fixes, fork, work, req.timeout_s)
         observed = reporter.track(runner, jobs)
         by_key: dict[tuple[str, str], Observation] = {}

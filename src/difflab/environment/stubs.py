@@ -25,6 +25,10 @@ STUBBED = ("triton", "torchvision", "datasets")
 _VERSIONS = {"triton": "3.5.0", "torchvision": "0.29.0", "datasets": "4.0.0"}
 
 
+NO_DRIVER = ("triton.runtime.driver",)
+"""Attribute paths that must fail: code probing for a GPU driver falls back to CPU."""
+
+
 class _Anything:
     """A value that tolerates being called, subscripted, decorated or compared."""
 
@@ -70,10 +74,6 @@ class _StubClassMeta(type):
 
 def _stub_init(self: Any, *args: Any, **kwargs: Any) -> None:
     self.args, self.kwargs = args, kwargs
-
-
-NO_DRIVER = ("triton.runtime.driver",)
-"""Attribute paths that must fail: code probing for a GPU driver falls back to CPU."""
 
 
 class _StubModule(types.ModuleType):

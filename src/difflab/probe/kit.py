@@ -145,11 +145,6 @@ class Kit:
 
         return str(sglang.version.__version__)
 
-    @functools.cached_property
-    def sglang_version_tuple(self) -> tuple[int, ...]:
-        parts = re.findall(r"\d+", self.sglang_version)[:3]
-        return tuple(int(p) for p in parts)
-
     def not_applicable(self, reason: str) -> None:
         """Stop: this source lacks the code path the probe is about (reported as ``n/a``)."""
         raise NotApplicable(reason)
@@ -183,11 +178,6 @@ class Kit:
                 raise
 
         return wrapper
-
-    def expect_raised(self, pattern: str) -> None:
-        """Declare that a fake raising (matching ``pattern``) is part of the scenario."""
-        regex = re.compile(pattern)
-        self.raised = [r for r in self.raised if not regex.search(r)]
 
     # -- events and logs -----------------------------------------------------
     def event(self, name: str, **data: Any) -> None:

@@ -19,14 +19,26 @@ def runner_for(name: str, **options: Any) -> Runner:
 
         return SubprocessRunner(**options)
     if name == "warm":
-        from difflab.runner.warm import WarmRunner  # type: ignore[import-not-found]
+        from difflab.runner.warm import WarmRunner
 
         return WarmRunner(**options)
     if name == "docker":
-        from difflab.runner.docker import DockerRunner  # type: ignore[import-not-found]
+        from difflab.runner.docker import DockerRunner
 
         return DockerRunner(**options)
     raise ConfigError(f"unknown backend {name!r} (expected subprocess, warm or docker)")
 
 
-__all__ = ["ProbeJob", "Runner", "runner_for"]
+def build_runner(name: str, environment: Any, use_cache: bool, **options: Any) -> Runner:
+    """``runner_for`` plus the shared environment and, unless docker or ``--no-cache``, the result cache."""
+    if name in ("subprocess", "warm"):
+        options.setdefault("environment", environment)
+    runner = runner_for(name, **options)
+    if use_cache and name != "docker":
+        from difflab.runner.cache import CachingRunner
+
+        return CachingRunner(inner=runner, environment=environment)
+    return runner
+
+
+__all__ = ["ProbeJob", "Runner", "build_runner", "runner_for"]

@@ -20,7 +20,7 @@ def backend_for(kind: str, **options: Any) -> SourceBackend:
 
         return ReleaseSource(**options)
     if kind == "git":
-        from difflab.source.git import GitSource  # type: ignore[import-not-found]
+        from difflab.source.git import GitSource
 
         return GitSource(**options)
     raise ConfigError(f"unknown source kind {kind!r} (expected 'release' or 'git')")

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from difflab.backport.judge import BackportVerdict, judge_backport
+from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import Fix, load_matrix
 from difflab.matrix.model import ProbeSpec

@@ -1,4 +1,7 @@
-"""Does a fork's ref carry a fix? Each probe's observation against the matrix's declared values.
+"""Does one source carry a fix? Each probe's observation against the matrix's declared values.
+
+One answer shared by ``backport`` (a fork's ref), ``bisect`` (each commit)
+and ``contains`` (each release).
 
 The declared ``expect`` pairs are the reference: a probe is *head-like*
 when every expected field has its head (fixed) value and *base-like* when
@@ -19,7 +22,6 @@ from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import Observation
 
 VERDICTS = ("present", "absent", "partial", "error")
-LIKE = {Match.HEAD: "head", Match.BASE: "base", Match.MIXED: "mixed", Match.OTHER: "other", Match.ERROR: "error"}
 
 
 @dataclass
@@ -52,7 +54,7 @@ class ProbeComparison:
 
 @dataclass
 class BackportVerdict:
-    """The verdict for one fix on the fork, its probe comparisons and the git evidence."""
+    """The verdict for one fix on one source, its probe comparisons and (for forks) the git evidence."""
 
     fix: int
     id: str
@@ -104,7 +106,7 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     if off:
         return ProbeComparison(spec.name, "control-drift",
                                "control field(s) off their declared value: " + ", ".join(off), checks, obs)
-    like = LIKE[match]
+    like = match.value
     expect = [c for c in checks if c.kind == "expect"]
     if like == "head":
         reason = "every expected field has its head (fixed) value"
@@ -121,7 +123,7 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
 
 
 def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVerdict:
-    """present / absent / partial / error for one fix from its probes' observations on the fork."""
+    """present / absent / partial / error for one fix from its probes' observations on one source."""
 
     def verdict(v: str, reason: str, probes: list[ProbeComparison]) -> BackportVerdict:
         return BackportVerdict(fix.pr, fix.id, fix.part, fix.title, v, reason, probes)
