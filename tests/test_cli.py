@@ -61,3 +61,27 @@ def test_unreachable_registry_names_the_release_and_keeps_the_good_result(tmp_pa
     assert "release 0.5.20" in out.stderr and "could not download" in out.stderr
     assert (good / "diff.json").read_text() == '{"good": true}'
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_wheel_with_the_wrong_hash_is_refused_and_not_kept(tmp_path: Path) -> None:
+    """A registry serving a different file under the pinned name: named, exit 2, nothing cached or written."""
+    import zipfile
+
+    links = tmp_path / "links"
+    links.mkdir()
+    name = "sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(links / name, "w") as z:
+        z.writestr("sglang/__init__.py", "# not the pinned release\n")
+        z.writestr("sglang-0.5.20.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.20\n")
+        z.writestr("sglang-0.5.20.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: false\nTag: cp311-cp311-manylinux_2_34_x86_64\n")
+        z.writestr("sglang-0.5.20.dist-info/RECORD", "")
+    cache = tmp_path / "cache"
+    env = {"DIFFLAB_CACHE": str(cache), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links),
+           "PIP_CONFIG_FILE": os.devnull}
+    out = run_cli(["run", "--fix", "38935", "--out", str(tmp_path / "out"), "--no-bundle"], env)
+    assert out.returncode == 2, out.stderr
+    assert f"release 0.5.20: {name} has sha256" in out.stderr and "refusing to use it" in out.stderr
+    assert not (cache / "wheels" / name).exists()
+    assert not any((cache / "sources").glob("**/__init__.py"))
+    assert not (tmp_path / "out").exists()
