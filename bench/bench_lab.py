@@ -179,10 +179,16 @@ def bench_jobs(fixes: list[Fix], sources: dict[str, MaterialisedSource], logs: P
             if not release:
                 continue
             for spec in fix.probes:
-                jobs.append(ProbeJob(
-                    fix_id=fix.id, probe=spec.name, side=side, source=sources[release],
-                    probe_file=probes_dir() / f"{spec.name}.py", log_path=logs / fix.id / side / f"{spec.name}.log",
-                ))
+                jobs.append(
+                    ProbeJob(
+                        fix_id=fix.id,
+                        probe=spec.name,
+                        side=side,
+                        source=sources[release],
+                        probe_file=probes_dir() / f"{spec.name}.py",
+                        log_path=logs / fix.id / side / f"{spec.name}.log",
+                    )
+                )
     return jobs
 
 
@@ -227,8 +233,16 @@ def naive_venv(into: Path, wheels: Path, wheel: Path) -> dict[str, float]:
         nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
         t = time.perf_counter()
         venv.EnvBuilder(with_pip=True, clear=True).create(into)
-        pip = [str(into / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
-               str(wheels)]
+        pip = [
+            str(into / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+        ]
         run([*pip, "-r", str(req)])
         run([*pip, "--no-deps", "-r", str(nodeps)])
         times["requirements_s"] = time.perf_counter() - t
@@ -238,8 +252,9 @@ def naive_venv(into: Path, wheels: Path, wheel: Path) -> dict[str, float]:
     return times
 
 
-def phase_naive(jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str, Path], scratch: Path,
-                keep: bool) -> tuple[Phase, dict[str, Any]]:
+def phase_naive(
+    jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str, Path], scratch: Path, keep: bool
+) -> tuple[Phase, dict[str, Any]]:
     wheels = wheelhouse(env)
     releases = sorted({j.source.label for j in jobs}, key=lambda v: [int(x) for x in v.split(".")])
     empty = scratch / "empty-root"
@@ -253,8 +268,11 @@ def phase_naive(jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str
             path = scratch / f"naive-{release}"
             say(f"(a) naive: virtualenv for {release}")
             builds[release] = naive_venv(path, wheels, wheel_of[release])
-            own = [dataclasses.replace(j, source=dataclasses.replace(j.source, root=empty))
-                   for j in jobs if j.source.label == release]
+            own = [
+                dataclasses.replace(j, source=dataclasses.replace(j.source, root=empty))
+                for j in jobs
+                if j.source.label == release
+            ]
             say(f"(a) naive: {len(own)} probe process(es) on {release}")
             runner = SubprocessRunner(environment=NaiveEnvironment(path), workers=os.cpu_count() or 1)  # type: ignore[arg-type]
             t = time.perf_counter()
@@ -266,8 +284,9 @@ def phase_naive(jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str
             if not keep:
                 shutil.rmtree(path, ignore_errors=True)
     note = f"{len(releases)} venvs, {len(jobs)} probe processes"
-    return Phase("a", "naive: venv per version + process per probe", wall, mem.peak_rss, mem.peak_pss, disk,
-                 note, observations), {"venv_builds": builds}
+    return Phase(
+        "a", "naive: venv per version + process per probe", wall, mem.peak_rss, mem.peak_pss, disk, note, observations
+    ), {"venv_builds": builds}
 
 
 # -- (b)-(d) the lab -----------------------------------------------------------------
@@ -314,8 +333,11 @@ def marginal(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path, logs: Pa
     for j in jobs:
         by_release.setdefault(j.source.label, []).append(j)
     release, own = max(by_release.items(), key=lambda kv: len(kv[1]))
-    batch = [dataclasses.replace(j, side=f"{j.side}-{k}", log_path=logs / "marginal" / f"{k}-{i}.log")
-             for k in range(reps) for i, j in enumerate(own)]
+    batch = [
+        dataclasses.replace(j, side=f"{j.side}-{k}", log_path=logs / "marginal" / f"{k}-{i}.log")
+        for k in range(reps)
+        for i, j in enumerate(own)
+    ]
     out: dict[str, Any] = {"release": release, "probes": len(batch)}
     for parallel in sorted({1, os.cpu_count() or 1}):
         done: list[float] = []
@@ -340,9 +362,11 @@ def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> d
         stats = runner.stats
     os.environ.pop("DIFFLAB_CACHE", None)
     return {
-        "total_s": total, "hub": stats["hubs"][0], "servers": stats["servers"],
-        "probes_fork_to_exit_s": sum(w for w in stats["probe_wall_s"] if w), "observe_s": sum(
-            o.duration_s for o in observed),
+        "total_s": total,
+        "hub": stats["hubs"][0],
+        "servers": stats["servers"],
+        "probes_fork_to_exit_s": sum(w for w in stats["probe_wall_s"] if w),
+        "observe_s": sum(o.duration_s for o in observed),
     }
 
 
@@ -368,12 +392,16 @@ def env_build_time(env: SharedEnvironment, scratch: Path) -> float:
 
 # -- report ----------------------------------------------------------------------------
 def table(phases: list[Phase], naive: Phase | None) -> str:
-    lines = ["| phase | wall s | vs naive | peak ΣRSS MB | peak ΣPSS MB | disk MB | note |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| phase | wall s | vs naive | peak ΣRSS MB | peak ΣPSS MB | disk MB | note |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for p in phases:
         ratio = f"{p.wall_s / naive.wall_s:.1%}" if naive and p is not naive else ""
-        lines.append(f"| ({p.key}) {p.label} | {p.wall_s:.1f} | {ratio} | {p.peak_rss / MB:.0f} | "
-                     f"{p.peak_pss / MB:.0f} | {p.disk / MB:.0f} | {p.note} |")
+        lines.append(
+            f"| ({p.key}) {p.label} | {p.wall_s:.1f} | {ratio} | {p.peak_rss / MB:.0f} | "
+            f"{p.peak_pss / MB:.0f} | {p.disk / MB:.0f} | {p.note} |"
+        )
     return "\n".join(lines)
 
 
@@ -384,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one fix only")
     parser.add_argument("--skip-naive", action="store_true", help="lab phases only (no ratios)")
     parser.add_argument("--env-build", action="store_true", help="also time building the shared environment")
-    parser.add_argument("--with-subprocess", action="store_true",
-                        help="also time the lab's one-process-per-probe back end (--backend subprocess --no-cache)")
+    parser.add_argument(
+        "--with-subprocess",
+        action="store_true",
+        help="also time the lab's one-process-per-probe back end (--backend subprocess --no-cache)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (venvs, runs)")
     parser.add_argument("--json", type=Path, help="write all numbers here too")
     args = parser.parse_args(argv)
@@ -393,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     fixes = select_fixes(args.matrix, args.fixes, args.quick)
     matrix = load_matrix(args.matrix)
     releases = sorted({getattr(f, s).release for f in fixes for s in ("base", "head") if getattr(f, s).release})
-    say(f"{len(fixes)} fix(es), releases {', '.join(releases)}; {os.cpu_count()} cores; "
-        f"load {os.getloadavg()[0]:.1f}")
+    say(f"{len(fixes)} fix(es), releases {', '.join(releases)}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     backend = ReleaseSource(matrix.releases)
     sources = {r: backend.release(r) for r in releases}
     wheel_of = {r: cache_root() / "wheels" / matrix.releases[r].file for r in releases}
@@ -404,8 +434,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jobs = bench_jobs(fixes, sources, scratch / "logs")
         phases: list[Phase] = []
-        extra: dict[str, Any] = {"cores": os.cpu_count(), "jobs": len(jobs), "releases": releases,
-                                 "load_before": os.getloadavg()}
+        extra: dict[str, Any] = {
+            "cores": os.cpu_count(),
+            "jobs": len(jobs),
+            "releases": releases,
+            "load_before": os.getloadavg(),
+        }
         naive = None
         if not args.skip_naive:
             naive, info = phase_naive(jobs, env, wheel_of, scratch, args.keep)
@@ -414,19 +448,44 @@ def main(argv: list[str] | None = None) -> int:
         cache = scratch_cache(scratch)
         common = ["--matrix", str(args.matrix), *fix_args]
         disk_static = du(env.path, *(s.root for s in sources.values()))
-        cold = phase_cli("b", "lab cold (empty caches, fresh servers)", common, cache, scratch / "out-b", 0,
-                         "shared env + sources exist")
+        cold = phase_cli(
+            "b",
+            "lab cold (empty caches, fresh servers)",
+            common,
+            cache,
+            scratch / "out-b",
+            0,
+            "shared env + sources exist",
+        )
         lab_disk = disk_static + du(cache / "pycache", cache / "results", cache / "warm", cache / "childlib")
         cold.disk = lab_disk
         phases.append(cold)
-        phases.append(phase_cli("c", "lab warm (bytecode + preload list hot, no result cache)",
-                                [*common, "--no-cache"], cache, scratch / "out-c", lab_disk, "all probes re-run"))
-        phases.append(phase_cli("d", "lab full cache hit", common, cache, scratch / "out-d", lab_disk,
-                                "nothing re-runs"))
+        phases.append(
+            phase_cli(
+                "c",
+                "lab warm (bytecode + preload list hot, no result cache)",
+                [*common, "--no-cache"],
+                cache,
+                scratch / "out-c",
+                lab_disk,
+                "all probes re-run",
+            )
+        )
+        phases.append(
+            phase_cli("d", "lab full cache hit", common, cache, scratch / "out-d", lab_disk, "nothing re-runs")
+        )
         if args.with_subprocess:
-            phases.append(phase_cli("e", "lab --backend subprocess (old default)",
-                                    [*common, "--no-cache", "--backend", "subprocess"], cache, scratch / "out-e",
-                                    lab_disk, "a fresh process per probe"))
+            phases.append(
+                phase_cli(
+                    "e",
+                    "lab --backend subprocess (old default)",
+                    [*common, "--no-cache", "--backend", "subprocess"],
+                    cache,
+                    scratch / "out-e",
+                    lab_disk,
+                    "a fresh process per probe",
+                )
+            )
         say("profile of a warm run, and the marginal cost per probe on a warm server")
         # The sources as the lab phases saw them (through the scratch cache), so their bytecode is warm.
         seen = ReleaseSource(matrix.releases, cache=cache)
@@ -444,38 +503,61 @@ def main(argv: list[str] | None = None) -> int:
         print(table(phases, naive))
         print()
         m = extra["marginal"]
-        print(f"jobs: {len(jobs)} probe runs over {len(releases)} release(s); cores: {os.cpu_count()}; load average "
-              f"{extra['load_before'][0]:.1f} before, {extra['load_after'][0]:.1f} after")
-        print(f"observations identical to ({reference.key}): "
-              + ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in same.items()))
-        print(f"per-probe marginal cost on a warm server ({m['release']}, {m['probes']} probes): "
-              f"{m['per_probe_s_parallel1'] * 1000:.0f} ms serial, "
-              f"{m[f'per_probe_s_parallel{os.cpu_count() or 1}'] * 1000:.0f} ms with {os.cpu_count()} at once; "
-              f"of the serial cost, observe() itself {m['observe_mean_s'] * 1000:.0f} ms, fork to exit "
-              f"{(m['fork_to_exit_mean_s'] - m['observe_mean_s']) * 1000:.0f} ms more, lab/hub/server round trip "
-              f"{(m['per_probe_s_parallel1'] - m['fork_to_exit_mean_s']) * 1000:.0f} ms (means)")
+        print(
+            f"jobs: {len(jobs)} probe runs over {len(releases)} release(s); cores: {os.cpu_count()}; load average "
+            f"{extra['load_before'][0]:.1f} before, {extra['load_after'][0]:.1f} after"
+        )
+        print(
+            f"observations identical to ({reference.key}): "
+            + ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in same.items())
+        )
+        print(
+            f"per-probe marginal cost on a warm server ({m['release']}, {m['probes']} probes): "
+            f"{m['per_probe_s_parallel1'] * 1000:.0f} ms serial, "
+            f"{m[f'per_probe_s_parallel{os.cpu_count() or 1}'] * 1000:.0f} ms with {os.cpu_count()} at once; "
+            f"of the serial cost, observe() itself {m['observe_mean_s'] * 1000:.0f} ms, fork to exit "
+            f"{(m['fork_to_exit_mean_s'] - m['observe_mean_s']) * 1000:.0f} ms more, lab/hub/server round trip "
+            f"{(m['per_probe_s_parallel1'] - m['fork_to_exit_mean_s']) * 1000:.0f} ms (means)"
+        )
         prof = extra["profile"]
         servers = prof["servers"]
-        print(f"warm run profile (in-process, {prof['total_s']:.1f} s): hub import {prof['hub']['import_s']:.1f} s "
-              f"({prof['hub']['import_cpu_s']:.1f} s CPU, {prof['hub']['preloaded']} modules, serial); "
-              f"{len(servers)} server imports {sum(x['import_s'] for x in servers):.1f} s "
-              f"({sum(x['import_cpu_s'] for x in servers):.1f} s CPU, {os.cpu_count()} at once); "
-              f"probes fork-to-exit {prof['probes_fork_to_exit_s']:.1f} s (observe() {prof['observe_s']:.1f} s)")
+        print(
+            f"warm run profile (in-process, {prof['total_s']:.1f} s): hub import {prof['hub']['import_s']:.1f} s "
+            f"({prof['hub']['import_cpu_s']:.1f} s CPU, {prof['hub']['preloaded']} modules, serial); "
+            f"{len(servers)} server imports {sum(x['import_s'] for x in servers):.1f} s "
+            f"({sum(x['import_cpu_s'] for x in servers):.1f} s CPU, {os.cpu_count()} at once); "
+            f"probes fork-to-exit {prof['probes_fork_to_exit_s']:.1f} s (observe() {prof['observe_s']:.1f} s)"
+        )
         if naive:
             builds = extra["venv_builds"]
             per = statistics.mean(b["requirements_s"] + b["sglang_s"] for b in builds.values())
             probe_s = sum(b["probes_s"] for b in builds.values()) / len(jobs) * (os.cpu_count() or 1)
-            print(f"naive: {per:.1f} s per virtualenv on average (requirements + sglang), "
-                  f"{naive.disk / MB / len(builds):.0f} MB each; ~{probe_s:.1f} s per probe process")
-        print(f"one-off: unpacking {len(releases)} release(s) {extra['unpack_s']:.1f} s"
-              + (f"; shared environment build {extra['env_build_s']:.1f} s" if "env_build_s" in extra else ""))
+            print(
+                f"naive: {per:.1f} s per virtualenv on average (requirements + sglang), "
+                f"{naive.disk / MB / len(builds):.0f} MB each; ~{probe_s:.1f} s per probe process"
+            )
+        print(
+            f"one-off: unpacking {len(releases)} release(s) {extra['unpack_s']:.1f} s"
+            + (f"; shared environment build {extra['env_build_s']:.1f} s" if "env_build_s" in extra else "")
+        )
         cold_fresh = cold.wall_s + extra["unpack_s"] + extra.get("env_build_s", 0.0)
         if "env_build_s" in extra:
             print(f"cold run on a fresh machine (env build + unpack + lab cold, no downloads): {cold_fresh:.0f} s")
         if args.json:
-            args.json.write_text(json.dumps({"phases": [
-                {k: v for k, v in dataclasses.asdict(p).items() if k != "observations"} for p in phases
-            ], **extra, "identical": same}, indent=2, default=str) + "\n")
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "phases": [
+                            {k: v for k, v in dataclasses.asdict(p).items() if k != "observations"} for p in phases
+                        ],
+                        **extra,
+                        "identical": same,
+                    },
+                    indent=2,
+                    default=str,
+                )
+                + "\n"
+            )
     finally:
         if args.keep:
             say(f"kept {scratch}")

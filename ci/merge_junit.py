@@ -61,8 +61,7 @@ def summary(merged: JUnitXml, problems: list[str], title: str) -> str:
                     counts["skipped"] += 1
         mark = "❌" if counts["failures"] or counts["errors"] else "✅"
         lines.append(
-            f"| {mark} {suite.name} | {total} | {counts['failures']} | {counts['errors']} | "
-            f"{counts['skipped']} |"
+            f"| {mark} {suite.name} | {total} | {counts['failures']} | {counts['errors']} | {counts['skipped']} |"
         )
     if failing:
         lines += ["", "### Failing", ""]
@@ -78,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="+", help="JUnit files or glob patterns (** allowed)")
     parser.add_argument("--out", type=Path, required=True, help="merged JUnit file")
-    parser.add_argument(
-        "--summary", type=Path, help="append the Markdown summary here ($GITHUB_STEP_SUMMARY)"
-    )
+    parser.add_argument("--summary", type=Path, help="append the Markdown summary here ($GITHUB_STEP_SUMMARY)")
     parser.add_argument("--title", default="difflab CI results")
     args = parser.parse_args(argv)
     files = [f for f in collect(args.patterns) if f.resolve() != args.out.resolve()]

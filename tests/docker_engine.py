@@ -125,8 +125,14 @@ def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tup
         sock = folder / "d.sock"
         log_path = folder / f"dockerd-{driver}.log"
         cmd = [
-            dockerd, "--iptables=false", "--ip6tables=false", "--bridge=none", f"--storage-driver={driver}",
-            f"--host=unix://{sock}", f"--data-root={data_root}", f"--exec-root={folder / 'x'}",
+            dockerd,
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            f"--storage-driver={driver}",
+            f"--host=unix://{sock}",
+            f"--data-root={data_root}",
+            f"--exec-root={folder / 'x'}",
             f"--pidfile={folder / 'd.pid'}",
         ]
         with log_path.open("wb") as log:
@@ -142,8 +148,16 @@ def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tup
         if answered == driver:
             if lock is not None:
                 Path(str(data_root) + ".pid").write_text(f"{proc.pid}\n")
-            return Engine(host=f"unix://{sock}", driver=driver, started=True, process=proc, folder=folder,
-                          data_root=data_root, lock=lock, notes=notes), notes
+            return Engine(
+                host=f"unix://{sock}",
+                driver=driver,
+                started=True,
+                process=proc,
+                folder=folder,
+                data_root=data_root,
+                lock=lock,
+                notes=notes,
+            ), notes
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
         notes.append(f"dockerd --storage-driver={driver} did not come up: {' | '.join(tail)}")
         if proc.poll() is None:
@@ -168,7 +182,8 @@ def acquire() -> tuple[Engine | None, str]:
     # None, or a vfs engine (~1 min per probe container): an own overlay2 daemon is worth a try.
     tried = f"DOCKER_HOST={os.environ.get('DOCKER_HOST', '(unset)')} and /var/run/docker.sock do not answer"
     dockerd = shutil.which("dockerd") or next(
-        (p for p in ("/usr/sbin/dockerd", "/usr/bin/dockerd") if os.path.exists(p)), None)
+        (p for p in ("/usr/sbin/dockerd", "/usr/bin/dockerd") if os.path.exists(p)), None
+    )
     if dockerd is None or os.geteuid() != 0:
         if found is not None:
             return found, ""

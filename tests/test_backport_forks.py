@@ -38,8 +38,21 @@ def checked(repos: ReleaseRepos, tmp_path_factory: pytest.TempPathFactory) -> di
         mp.setenv("DIFFLAB_CONFIG", str(root / "config"))  # a throwaway signing key for the bundle
         for name in ("cherry", "revert", "version"):
             folder = root / name
-            args = ["backport", "--repo", str(repos.fork), "--ref", repos.fork_refs[name], "--fix", "38935",
-                    "--matrix", str(matrix), "--upstream", str(repos.upstream), "--out", str(folder)]
+            args = [
+                "backport",
+                "--repo",
+                str(repos.fork),
+                "--ref",
+                repos.fork_refs[name],
+                "--fix",
+                "38935",
+                "--matrix",
+                str(matrix),
+                "--upstream",
+                str(repos.upstream),
+                "--out",
+                str(folder),
+            ]
             if name != "cherry":
                 args.append("--no-bundle")
             out[name] = (cli(args), folder)
@@ -52,8 +65,9 @@ def _fix(folder: Path) -> dict[str, Any]:
     return doc["fixes"][0]
 
 
-def test_cherry_pick_onto_an_older_release_is_present(checked: dict[str, tuple[int, Path]],
-                                                      repos: ReleaseRepos) -> None:
+def test_cherry_pick_onto_an_older_release_is_present(
+    checked: dict[str, tuple[int, Path]], repos: ReleaseRepos
+) -> None:
     rc, folder = checked["cherry"]
     fix = _fix(folder)
     assert rc == 0
@@ -79,8 +93,9 @@ def test_cherry_pick_onto_an_older_release_is_present(checked: dict[str, tuple[i
     assert (folder / "SHA256SUMS").is_file(), "bundle-able like a run: sealed unless --no-bundle"
 
 
-def test_fork_that_reverts_the_prefill_door_is_partial(checked: dict[str, tuple[int, Path]],
-                                                       repos: ReleaseRepos) -> None:
+def test_fork_that_reverts_the_prefill_door_is_partial(
+    checked: dict[str, tuple[int, Path]], repos: ReleaseRepos
+) -> None:
     rc, folder = checked["revert"]
     fix = _fix(folder)
     assert rc == 1
@@ -96,8 +111,7 @@ def test_fork_that_reverts_the_prefill_door_is_partial(checked: dict[str, tuple[
     assert not (folder / "SHA256SUMS").exists()
 
 
-def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int, Path]],
-                                                   repos: ReleaseRepos) -> None:
+def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int, Path]], repos: ReleaseRepos) -> None:
     rc, folder = checked["version"]
     fix = _fix(folder)
     assert rc == 1

@@ -13,7 +13,9 @@ from difflab.observation import Observation
 from difflab.upstream_tests.replay import SideRun, TestOutcome, diff_sides
 from matrix_samples import RELEASES
 
-MATRIX = RELEASES + """
+MATRIX = (
+    RELEASES
+    + """
 [[fixes]]
 id = "38935"
 pr = 38935
@@ -32,11 +34,16 @@ name = "decode"
 [fixes.probes.expect]
 "rejected.pending" = [true, false]
 """
+)
 
-HEAD = {"prefill": {"rejected.enqueued": False, "rejected.retired": True, "valid.enqueued": True},
-        "decode": {"rejected.pending": False}}
-BASE = {"prefill": {"rejected.enqueued": True, "rejected.retired": False, "valid.enqueued": True},
-        "decode": {"rejected.pending": True}}
+HEAD = {
+    "prefill": {"rejected.enqueued": False, "rejected.retired": True, "valid.enqueued": True},
+    "decode": {"rejected.pending": False},
+}
+BASE = {
+    "prefill": {"rejected.enqueued": True, "rejected.retired": False, "valid.enqueued": True},
+    "decode": {"rejected.pending": True},
+}
 
 
 @pytest.fixture
@@ -77,8 +84,13 @@ def test_untrustworthy_observations_are_errors(fix) -> None:
 
 
 def test_disagreements_between_evidence_and_behaviour() -> None:
-    claims = Evidence(version="0.5.21", first_release_with_fix="0.5.21", version_claims_fix=True,
-                      ancestor=False, patch_equivalent=False)
+    claims = Evidence(
+        version="0.5.21",
+        first_release_with_fix="0.5.21",
+        version_claims_fix=True,
+        ancestor=False,
+        patch_equivalent=False,
+    )
     assert any("version string 0.5.21" in d for d in disagreements("absent", claims))
     reverted = Evidence(fix_commit="c" * 40, ancestor=True, patch_equivalent=True)
     assert any("reverted" in d for d in disagreements("partial", reverted))
@@ -88,15 +100,29 @@ def test_disagreements_between_evidence_and_behaviour() -> None:
 
 
 def _side(side: str, *outcomes: tuple[str, str, bool]) -> SideRun:
-    return SideRun(side=side, source={}, status="ok",
-                   tests=[TestOutcome(id=i, outcome=o, stale_fake=s) for i, o, s in outcomes])
+    return SideRun(
+        side=side, source={}, status="ok", tests=[TestOutcome(id=i, outcome=o, stale_fake=s) for i, o, s in outcomes]
+    )
 
 
 def test_upstream_test_diff_separates_behaviour_from_stale_fakes() -> None:
-    base = _side("base", ("t::a", "passed", False), ("t::b", "failed", False), ("t::c", "error", True),
-                 ("t::d", "passed", False), ("t::e", "error", False))
-    head = _side("head", ("t::a", "passed", False), ("t::b", "passed", False), ("t::c", "passed", False),
-                 ("t::d", "failed", False), ("t::e", "passed", False), ("t::f", "passed", False))
+    base = _side(
+        "base",
+        ("t::a", "passed", False),
+        ("t::b", "failed", False),
+        ("t::c", "error", True),
+        ("t::d", "passed", False),
+        ("t::e", "error", False),
+    )
+    head = _side(
+        "head",
+        ("t::a", "passed", False),
+        ("t::b", "passed", False),
+        ("t::c", "passed", False),
+        ("t::d", "failed", False),
+        ("t::e", "passed", False),
+        ("t::f", "passed", False),
+    )
     changes = {c.id: (c.base, c.head, c.change) for c in diff_sides(base, head)}
     assert changes == {
         "t::a": ("passed", "passed", "pass"),

@@ -47,9 +47,7 @@ def test_archive_is_normalised(run_dir: Path) -> None:
     names = [m.name for m in members]
     assert names == sorted(names, key=lambda n: n.encode())
     assert names == [f"run/{rel}" for rel in layout.scan(run_dir).files]
-    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {
-        (RUN_EPOCH, 0, 0, "", "", 0o644)
-    }
+    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {(RUN_EPOCH, 0, 0, "", "", 0o644)}
 
 
 def test_source_date_epoch_wins_over_the_run_time(run_dir: Path) -> None:
@@ -94,9 +92,7 @@ def _link(name: str, target: str, kind: bytes) -> tarfile.TarInfo:
         (_link("run/hard", "/etc/shadow", tarfile.LNKTYPE), "hard link"),
     ],
 )
-def test_unsafe_members_are_named_and_nothing_is_extracted(
-    tmp_path: Path, member: tarfile.TarInfo, why: str
-) -> None:
+def test_unsafe_members_are_named_and_nothing_is_extracted(tmp_path: Path, member: tarfile.TarInfo, why: str) -> None:
     archive = _evil_tar(tmp_path / "evil.tar.gz", member)
     dest = tmp_path / "dest"
     dest.mkdir()

@@ -79,13 +79,9 @@ def test_changed_field_verdict_and_source_are_reported(bundle: Bundle) -> None:
     run_dir, policy = bundle
 
     def drift(out: Path) -> None:
-        edit_json(
-            out / OBSERVATION, lambda o: o["fields"].update({"rejected.enqueued": False, "new.field": 1})
-        )
+        edit_json(out / OBSERVATION, lambda o: o["fields"].update({"rejected.enqueued": False, "new.field": 1}))
         edit_json(out / "diff.json", lambda d: d["fixes"][0].update(verdict="not-reproduced"))
-        edit_json(
-            out / "observations/41404/head/pr41404_release.json", lambda o: o["source"].update(tree="0" * 40)
-        )
+        edit_json(out / "observations/41404/head/pr41404_release.json", lambda o: o["source"].update(tree="0" * 40))
         edit_json(out / "environment.json", lambda e: e.update(python_version="3.11.10"))
 
     report = reproduce(run_dir, policy, executor=replaying(drift))
@@ -137,9 +133,7 @@ def test_cli_prints_differences_and_exits_1(
     fingerprint = (run_dir / layout.FINGERPRINT).read_text().strip()
     monkeypatch.setattr(reproduce_module, "pipeline_executor", replaying())
     assert main(["reproduce", str(run_dir), "--fingerprint", fingerprint]) == 0
-    flip = replaying(
-        lambda out: edit_json(out / "diff.json", lambda d: d["fixes"][1].update(verdict="not-fixed"))
-    )
+    flip = replaying(lambda out: edit_json(out / "diff.json", lambda d: d["fixes"][1].update(verdict="not-fixed")))
     monkeypatch.setattr(reproduce_module, "pipeline_executor", flip)
     assert main(["reproduce", str(run_dir), "--fingerprint", fingerprint]) == 1
     assert 'fix 41404 verdict: recorded "confirmed", now "not-fixed"' in capsys.readouterr().out

@@ -98,9 +98,7 @@ def test_envelopes_are_dsse_over_canonical_in_toto_statements(tmp_path: Path) ->
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
     assert envelope["signatures"][0]["keyid"] == info.fingerprint
     raw = base64.b64decode(envelope["payload"])
-    assert (
-        raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    )
+    assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     public = keys.load_public_key(pub.read_bytes(), "pub")
     opened = dsse.open_envelope((run_dir / layout.RUN_ENVELOPE).read_bytes(), {info.fingerprint: public})
     assert opened.payload == raw and opened.signer == info.fingerprint
@@ -175,9 +173,7 @@ def test_github_actions_provenance_names_the_workflow(tmp_path: Path) -> None:
     assert details["metadata"]["invocationId"] == "https://github.com/o/r/actions/runs/7/attempts/2"
 
 
-def test_sigstore_is_skipped_with_a_message_when_not_installed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sigstore_is_skipped_with_a_message_when_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key, _ = make_key(tmp_path / "keys")
     run_dir = make_run_folder(tmp_path)
     monkeypatch.setitem(sys.modules, "sigstore", None)  # import fails as if not installed

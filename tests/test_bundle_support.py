@@ -137,9 +137,7 @@ def make_run_folder(root: Path, name: str = "run") -> Path:
         )
     _write_json(run_dir / "diff.json", {"schema": 1, "fixes": diff_fixes})
     (run_dir / "junit.xml").write_text("<testsuites/>\n", encoding="utf-8")
-    (run_dir / "summary.md").write_text(
-        "| fix | verdict |\n|---|---|\n| 38935 | confirmed |\n", encoding="utf-8"
-    )
+    (run_dir / "summary.md").write_text("| fix | verdict |\n|---|---|\n| 38935 | confirmed |\n", encoding="utf-8")
     return run_dir
 
 

@@ -93,9 +93,7 @@ def test_added_unlisted_file_is_named(bundle: tuple[Path, Path, Path]) -> None:
 def test_added_file_also_listed_is_still_caught_by_the_run_statement(bundle: tuple[Path, Path, Path]) -> None:
     run_dir, _, public = bundle
     (run_dir / "notes.txt").write_text("trust me")
-    sums = (
-        run_dir / layout.CHECKSUMS
-    ).read_text() + f"{checksums.sha256_file(run_dir / 'notes.txt')}  notes.txt\n"
+    sums = (run_dir / layout.CHECKSUMS).read_text() + f"{checksums.sha256_file(run_dir / 'notes.txt')}  notes.txt\n"
     (run_dir / layout.CHECKSUMS).write_text(sums)
     found = problems(run_dir, public)
     assert found == ["notes.txt: not covered by the signed run statement (attestations/run.intoto.json)"]
@@ -106,9 +104,7 @@ def test_replaced_signature_is_named(bundle: tuple[Path, Path, Path], tmp_path: 
     other, _ = make_key(tmp_path / "other")
     rel = "attestations/38935/head.intoto.json"
     envelope = json.loads((run_dir / rel).read_text())
-    forged = dsse.sign(
-        base64.b64decode(envelope["payload"]), keys.load_private_key(other.read_bytes(), "o"), "x"
-    )
+    forged = dsse.sign(base64.b64decode(envelope["payload"]), keys.load_private_key(other.read_bytes(), "o"), "x")
     envelope["signatures"][0]["sig"] = forged["signatures"][0]["sig"]
     (run_dir / rel).write_bytes(dsse.serialise(envelope))
     relist(run_dir, rel)
@@ -135,9 +131,7 @@ def test_fix_statement_with_wrong_subject_digest_is_named(bundle: tuple[Path, Pa
     rel = "attestations/38935/base.intoto.json"
     body = json.loads(base64.b64decode(json.loads((run_dir / rel).read_text())["payload"]))
     body["subject"][0]["digest"]["sha256"] = "0" * 64
-    (run_dir / rel).write_bytes(
-        dsse.serialise(dsse.sign(canonical.dumps(body), signing.private, signing.fingerprint))
-    )
+    (run_dir / rel).write_bytes(dsse.serialise(dsse.sign(canonical.dumps(body), signing.private, signing.fingerprint)))
     write_run_statement(run_dir, signing, {})
     write_checksums(run_dir)
     found = problems(run_dir, public)
@@ -182,9 +176,7 @@ def test_pinned_fingerprint_trusts_the_bundle_key(bundle: tuple[Path, Path, Path
 def test_trusted_keys_file(bundle: tuple[Path, Path, Path], tmp_path: Path) -> None:
     run_dir, _, _ = bundle
     listed = tmp_path / "trusted"
-    listed.write_text(
-        f"# team keys\n{(run_dir / layout.FINGERPRINT).read_text().strip()}  # release signer\n"
-    )
+    listed.write_text(f"# team keys\n{(run_dir / layout.FINGERPRINT).read_text().strip()}  # release signer\n")
     assert verify_path(run_dir, trust.build(trusted_files=[listed])).ok
 
 

@@ -15,8 +15,13 @@ from matrix_samples import FIX, RELEASES
 
 
 def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "difflab", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "difflab", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def test_every_command_has_help() -> None:
@@ -73,12 +78,18 @@ def test_wheel_with_the_wrong_hash_is_refused_and_not_kept(tmp_path: Path) -> No
     with zipfile.ZipFile(links / name, "w") as z:
         z.writestr("sglang/__init__.py", "# not the pinned release\n")
         z.writestr("sglang-0.5.20.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.20\n")
-        z.writestr("sglang-0.5.20.dist-info/WHEEL",
-                   "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: false\nTag: cp311-cp311-manylinux_2_34_x86_64\n")
+        z.writestr(
+            "sglang-0.5.20.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: false\nTag: cp311-cp311-manylinux_2_34_x86_64\n",
+        )
         z.writestr("sglang-0.5.20.dist-info/RECORD", "")
     cache = tmp_path / "cache"
-    env = {"DIFFLAB_CACHE": str(cache), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links),
-           "PIP_CONFIG_FILE": os.devnull}
+    env = {
+        "DIFFLAB_CACHE": str(cache),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(links),
+        "PIP_CONFIG_FILE": os.devnull,
+    }
     out = run_cli(["run", "--fix", "38935", "--out", str(tmp_path / "out"), "--no-bundle"], env)
     assert out.returncode == 2, out.stderr
     assert f"release 0.5.20: {name} has sha256" in out.stderr and "refusing to use it" in out.stderr

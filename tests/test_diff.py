@@ -67,8 +67,9 @@ def test_missing_expected_field_is_error_not_a_verdict() -> None:
 
 
 def test_unavailable_head_is_expected_when_declared() -> None:
-    fix = Fix(id="1", pr=1, title="t", base=SidePin(release="a"), head=SidePin(unavailable="no release"),
-              probes=(SPEC,))
+    fix = Fix(
+        id="1", pr=1, title="t", base=SidePin(release="a"), head=SidePin(unavailable="no release"), probes=(SPEC,)
+    )
     head = Observation.unavailable("1", "p", "head", "no release")
     v = judge_fix(fix, {"p": obs(BUG)}, {"p": head}, {}, {})
     assert v.verdict == "unavailable" and v.passed and "base shows the bug" in v.reason
@@ -80,8 +81,10 @@ def test_no_probes_is_an_error_that_says_so() -> None:
     assert v.verdict == "error" and "no probes" in v.reason and not v.passed
 
 
-@pytest.mark.parametrize(("a", "b", "equal"), [(True, 1, False), (1, 1.0, False), ([1, 2], [1, 2], True),
-                                                (None, None, True), ("400", 400, False)])
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [(True, 1, False), (1, 1.0, False), ([1, 2], [1, 2], True), (None, None, True), ("400", 400, False)],
+)
 def test_strict_equality(a, b, equal: bool) -> None:
     assert same(a, b) is equal
 

@@ -44,33 +44,66 @@ def touch(root: Path, *rels: str) -> None:
 
 def test_env_tree_drops_what_probes_never_need(tmp_path: Path) -> None:
     sp = "lib/python3.11/site-packages"
-    touch(tmp_path, f"{sp}/torch/__init__.py", f"{sp}/torch/test/Dict_test", f"{sp}/torch/include/ATen.h",
-          f"{sp}/torch/bin/test_api", f"{sp}/torch/bin/TCPStoreTest", f"{sp}/torch/bin/torch_shm_manager",
-          f"{sp}/torch/__pycache__/x.cpython-311.pyc", f"{sp}/torch/__pycache__/x.cpython-311.opt-1.pyc",
-          "pyvenv.cfg")
+    touch(
+        tmp_path,
+        f"{sp}/torch/__init__.py",
+        f"{sp}/torch/test/Dict_test",
+        f"{sp}/torch/include/ATen.h",
+        f"{sp}/torch/bin/test_api",
+        f"{sp}/torch/bin/TCPStoreTest",
+        f"{sp}/torch/bin/torch_shm_manager",
+        f"{sp}/torch/__pycache__/x.cpython-311.pyc",
+        f"{sp}/torch/__pycache__/x.cpython-311.opt-1.pyc",
+        "pyvenv.cfg",
+    )
     kept = {rel for _p, rel in Tree(tmp_path, ENV_IN_IMAGE, ENV_EXCLUDE).walk()}
     assert f"{sp}/torch/bin/torch_shm_manager" in kept and f"{sp}/torch/__init__.py" in kept
     assert f"{sp}/torch/__pycache__/x.cpython-311.pyc" in kept  # without it every probe recompiles torch
     assert "pyvenv.cfg" in kept
-    for gone in ("torch/test", "torch/include", "torch/bin/test_api", "torch/bin/TCPStoreTest",
-                 "torch/__pycache__/x.cpython-311.opt-1.pyc"):
+    for gone in (
+        "torch/test",
+        "torch/include",
+        "torch/bin/test_api",
+        "torch/bin/TCPStoreTest",
+        "torch/__pycache__/x.cpython-311.opt-1.pyc",
+    ):
         assert f"{sp}/{gone}" not in kept and not any(k.startswith(f"{sp}/{gone}/") for k in kept)
 
 
 def test_base_tree_keeps_the_interpreter_and_stdlib_only(tmp_path: Path) -> None:
-    touch(tmp_path, "bin/python3.11", "bin/pip3", "bin/idle3.11", "bin/python3.11-config",
-          "lib/libpython3.11.so.1.0", "lib/libpython3.11.a", "lib/python3.11/os.py",
-          "lib/python3.11/site-packages/awscli/x.py", "lib/python3.11/test/test_os.py",
-          "lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so",
-          "lib/python3.11/lib-dynload/_tkinter.cpython-311-x86_64-linux-gnu.so")
+    touch(
+        tmp_path,
+        "bin/python3.11",
+        "bin/pip3",
+        "bin/idle3.11",
+        "bin/python3.11-config",
+        "lib/libpython3.11.so.1.0",
+        "lib/libpython3.11.a",
+        "lib/python3.11/os.py",
+        "lib/python3.11/site-packages/awscli/x.py",
+        "lib/python3.11/test/test_os.py",
+        "lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so",
+        "lib/python3.11/lib-dynload/_tkinter.cpython-311-x86_64-linux-gnu.so",
+    )
     os.symlink("python3.11", tmp_path / "bin" / "python3")
     kept = {rel for _p, rel in Tree(tmp_path, "/x", BASE_EXCLUDE, BASE_KEEP).walk()}
-    assert {"bin/python3.11", "bin/python3", "lib/libpython3.11.so.1.0", "lib/python3.11/os.py",
-            "lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so",
-            "lib/python3.11/site-packages"} <= kept
-    for gone in ("bin/pip3", "bin/idle3.11", "bin/python3.11-config", "lib/libpython3.11.a",
-                 "lib/python3.11/site-packages/awscli", "lib/python3.11/test",
-                 "lib/python3.11/lib-dynload/_tkinter.cpython-311-x86_64-linux-gnu.so"):
+    assert {
+        "bin/python3.11",
+        "bin/python3",
+        "lib/libpython3.11.so.1.0",
+        "lib/python3.11/os.py",
+        "lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so",
+        "lib/python3.11/site-packages",
+    } <= kept
+    for gone in (
+        "bin/pip3",
+        "bin/idle3.11",
+        "bin/python3.11-config",
+        "lib/libpython3.11.a",
+        "lib/python3.11/site-packages/awscli",
+        "lib/python3.11/test",
+        "lib/python3.11/lib-dynload/_tkinter.cpython-311-x86_64-linux-gnu.so",
+    ):
         assert gone not in kept, gone
 
 
@@ -140,8 +173,13 @@ def test_container_config_isolates_the_probe(tmp_path: Path) -> None:
     src = MaterialisedSource(label="x", kind="test", root=tmp_path / "src", identity={}, digest="0")
     probe = tmp_path / "probes" / "p.py"
     job = ProbeJob(fix_id="f", probe="p", side="base", source=src, probe_file=probe)
-    image = DifflabImage(ref="difflab/cpu-env:x", id="sha256:" + "b" * 64, env_digest="x",
-                         python="/opt/difflab/env/bin/python", recipe="r")
+    image = DifflabImage(
+        ref="difflab/cpu-env:x",
+        id="sha256:" + "b" * 64,
+        env_digest="x",
+        python="/opt/difflab/env/bin/python",
+        recipe="r",
+    )
     runner = DockerRunner(docker_host="unix:///nonexistent")  # no engine is contacted
     cfg = runner.container_config(job, image, tmp_path / "child", tmp_path / "out")
     assert cfg["network_mode"] == "none" and cfg["read_only"] is True

@@ -70,14 +70,21 @@ def fake_source(tmp_path_factory: pytest.TempPathFactory) -> MaterialisedSource:
     (root / "sglang").mkdir()
     (root / "sglang" / "__init__.py").write_text("")
     (root / "sglang" / "version.py").write_text('__version__ = "0.0.0+difflab-test"\n')
-    return MaterialisedSource(label="fake", kind="test", root=root, identity={"kind": "test"},
-                              digest="0" * 64)
+    return MaterialisedSource(label="fake", kind="test", root=root, identity={"kind": "test"}, digest="0" * 64)
 
 
-def job(probe: str, source: MaterialisedSource, tmp: Path | None = None, timeout_s: float = 120.0,
-        side: str = "head") -> ProbeJob:
-    return ProbeJob(fix_id="t", probe=probe, side=side, source=source, probe_file=PROBES / f"{probe}.py",
-                    log_path=(tmp / f"{probe}-{side}.log") if tmp else None, timeout_s=timeout_s)
+def job(
+    probe: str, source: MaterialisedSource, tmp: Path | None = None, timeout_s: float = 120.0, side: str = "head"
+) -> ProbeJob:
+    return ProbeJob(
+        fix_id="t",
+        probe=probe,
+        side=side,
+        source=source,
+        probe_file=PROBES / f"{probe}.py",
+        log_path=(tmp / f"{probe}-{side}.log") if tmp else None,
+        timeout_s=timeout_s,
+    )
 
 
 def same(a: Observation, b: Observation) -> dict[str, tuple[object, object]]:
@@ -89,8 +96,9 @@ def same(a: Observation, b: Observation) -> dict[str, tuple[object, object]]:
 
 
 @pytest.fixture(scope="module")
-def sandbox(runner: DockerRunner, fake_source: MaterialisedSource, tmp_path_factory: pytest.TempPathFactory
-            ) -> dict[str, Observation]:
+def sandbox(
+    runner: DockerRunner, fake_source: MaterialisedSource, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Observation]:
     tmp = tmp_path_factory.mktemp("sandbox")
     (docker_obs,) = runner.run([job("sandbox", fake_source, tmp)])
     (host_obs,) = SubprocessRunner(workers=1).run([job("sandbox", fake_source)])
@@ -102,8 +110,9 @@ def sandbox(runner: DockerRunner, fake_source: MaterialisedSource, tmp_path_fact
 # -- the image ------------------------------------------------------------------------------
 
 
-def test_image_digest_is_recorded(runner: DockerRunner, engine: docker_engine.Engine,
-                                  environment: SharedEnvironment) -> None:
+def test_image_digest_is_recorded(
+    runner: DockerRunner, engine: docker_engine.Engine, environment: SharedEnvironment
+) -> None:
     info = runner.describe()
     assert info["name"] == "docker"
     assert PINNED.match(info["image"]), info["image"]
@@ -115,8 +124,9 @@ def test_image_digest_is_recorded(runner: DockerRunner, engine: docker_engine.En
     json.dumps(info)  # goes into run.json as is
 
 
-def test_image_is_reused_by_label(runner: DockerRunner, engine: docker_engine.Engine,
-                                  environment: SharedEnvironment) -> None:
+def test_image_is_reused_by_label(
+    runner: DockerRunner, engine: docker_engine.Engine, environment: SharedEnvironment
+) -> None:
     client = engine.client()
     again = ensure_image(client, environment)
     assert not again.built
@@ -172,8 +182,9 @@ def test_cpu_and_memory_limits(sandbox: dict[str, Observation], runner: DockerRu
     assert f["limits.memory_bytes"] == str(2 * 1024**3)
 
 
-def test_hang_is_killed_with_the_log(runner: DockerRunner, engine: docker_engine.Engine,
-                                     fake_source: MaterialisedSource, tmp_path: Path) -> None:
+def test_hang_is_killed_with_the_log(
+    runner: DockerRunner, engine: docker_engine.Engine, fake_source: MaterialisedSource, tmp_path: Path
+) -> None:
     started = time.perf_counter()
     (obs,) = runner.run([job("hang", fake_source, tmp_path, timeout_s=8)])
     assert obs.status == "error" and obs.runner == "docker"
@@ -185,8 +196,7 @@ def test_hang_is_killed_with_the_log(runner: DockerRunner, engine: docker_engine
     assert left == []
 
 
-def test_crash_is_an_error_observation(runner: DockerRunner, fake_source: MaterialisedSource,
-                                       tmp_path: Path) -> None:
+def test_crash_is_an_error_observation(runner: DockerRunner, fake_source: MaterialisedSource, tmp_path: Path) -> None:
     obs_crash, obs_ok = runner.run([job("crash", fake_source, tmp_path), job("noop", fake_source, tmp_path)])
     assert obs_crash.status == "error"
     assert "probe container died (exit 3) without a result" in obs_crash.error
@@ -221,8 +231,9 @@ def _timed(r: object, jobs: list[ProbeJob]) -> tuple[list[Observation], list[flo
 def test_same_observation_as_subprocess_on_real_sglang(
     runner: DockerRunner, releases: dict[str, MaterialisedSource], record_property, capsys
 ) -> None:
-    jobs = [job("sglang_surface", src, side=side) for side, src in zip(("base", "head"), releases.values(),
-                                                                        strict=True)]
+    jobs = [
+        job("sglang_surface", src, side=side) for side, src in zip(("base", "head"), releases.values(), strict=True)
+    ]
     host, host_wall, host_outside = _timed(SubprocessRunner(workers=1), jobs)
     boxed, boxed_wall, boxed_outside = _timed(runner, jobs)
     for h, d in zip(host, boxed, strict=True):
@@ -238,14 +249,15 @@ def test_same_observation_as_subprocess_on_real_sglang(
     overhead = statistics.mean(boxed_outside) - statistics.mean(host_outside)
     record_property("docker_overhead_real_probe_s", round(overhead, 2))
     with capsys.disabled():
-        print(f"\n[docker overhead] real SGLang probe, wall: subprocess {statistics.mean(host_wall):.2f} s, "
-              f"docker {statistics.mean(boxed_wall):.2f} s; outside the probe: subprocess "
-              f"{statistics.mean(host_outside):.2f} s, docker {statistics.mean(boxed_outside):.2f} s "
-              f"({overhead:+.2f} s per probe)")
+        print(
+            f"\n[docker overhead] real SGLang probe, wall: subprocess {statistics.mean(host_wall):.2f} s, "
+            f"docker {statistics.mean(boxed_wall):.2f} s; outside the probe: subprocess "
+            f"{statistics.mean(host_outside):.2f} s, docker {statistics.mean(boxed_outside):.2f} s "
+            f"({overhead:+.2f} s per probe)"
+        )
 
 
-def test_overhead_per_probe(runner: DockerRunner, fake_source: MaterialisedSource, record_property,
-                            capsys) -> None:
+def test_overhead_per_probe(runner: DockerRunner, fake_source: MaterialisedSource, record_property, capsys) -> None:
     """The runner's own cost: a probe that does nothing, five times each, interleaved."""
     host_r = SubprocessRunner(workers=1)
     host_s, boxed_s = [], []
@@ -255,20 +267,25 @@ def test_overhead_per_probe(runner: DockerRunner, fake_source: MaterialisedSourc
     h, d = statistics.median(host_s), statistics.median(boxed_s)
     record_property("docker_overhead_noop_s", round(d - h, 3))
     with capsys.disabled():
-        print(f"\n[docker overhead] empty probe, median of 5: subprocess {h:.2f} s, docker {d:.2f} s "
-              f"(+{d - h:.2f} s per probe, storage driver {runner.describe()['engine']['storage_driver']})")
+        print(
+            f"\n[docker overhead] empty probe, median of 5: subprocess {h:.2f} s, docker {d:.2f} s "
+            f"(+{d - h:.2f} s per probe, storage driver {runner.describe()['engine']['storage_driver']})"
+        )
     assert d < 30
 
 
 @pytest.mark.sglang
-def test_difflab_run_backend_docker(engine: docker_engine.Engine, runner: DockerRunner, releases,
-                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_difflab_run_backend_docker(
+    engine: docker_engine.Engine, runner: DockerRunner, releases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The whole pipeline on the docker back end: a verdict from containers, the image in run.json."""
     from difflab.pipeline import RunRequest, execute
     from matrix_samples import RELEASES
 
     matrix = tmp_path / "m.toml"
-    matrix.write_text(RELEASES + """
+    matrix.write_text(
+        RELEASES
+        + """
 [[fixes]]
 id = "38935"
 pr = 38935
@@ -281,11 +298,21 @@ name = "sglang_surface"
 "door.has_is_unadmitted_reject" = [false, true]
 [fixes.probes.controls]
 "prefill.has_bootstrap_queue" = true
-""")
+"""
+    )
     monkeypatch.setenv("DIFFLAB_PROBES", str(PROBES))
     out = tmp_path / "out"
-    outcome = execute(RunRequest(matrix=matrix, out=out, runner="docker", bundle=False, argv=["test"],
-                                 runner_options={"docker_host": engine.host}), say=lambda _m: None)
+    outcome = execute(
+        RunRequest(
+            matrix=matrix,
+            out=out,
+            runner="docker",
+            bundle=False,
+            argv=["test"],
+            runner_options={"docker_host": engine.host},
+        ),
+        say=lambda _m: None,
+    )
     diff = json.loads((out / "diff.json").read_text())
     assert [f["verdict"] for f in diff["fixes"]] == ["confirmed"], diff
     assert outcome.exit_code == 0
@@ -295,8 +322,9 @@ name = "sglang_surface"
     assert obs["runner"] == "docker"
 
 
-def test_cli_image_build_reuses_and_show_prints(engine: docker_engine.Engine, runner: DockerRunner,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_image_build_reuses_and_show_prints(
+    engine: docker_engine.Engine, runner: DockerRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
     from difflab.cli import main
 
     assert main(["image", "build", "--docker-host", engine.host]) == 0
@@ -307,10 +335,10 @@ def test_cli_image_build_reuses_and_show_prints(engine: docker_engine.Engine, ru
     assert shown["image_id"] == built["image_id"] and shown["labels"]["org.difflab.recipe"]
 
 
-def test_out_of_memory_is_an_error_observation(runner: DockerRunner, fake_source: MaterialisedSource,
-                                               tmp_path: Path) -> None:
-    small = DockerRunner(environment=runner.environment, docker_host=runner.docker_host, mem_limit="256m",
-                         workers=1)
+def test_out_of_memory_is_an_error_observation(
+    runner: DockerRunner, fake_source: MaterialisedSource, tmp_path: Path
+) -> None:
+    small = DockerRunner(environment=runner.environment, docker_host=runner.docker_host, mem_limit="256m", workers=1)
     (obs,) = small.run([job("hog", fake_source, tmp_path)])
     assert obs.status == "error"
     assert "out of memory (limit 256m)" in obs.error and "allocating" in obs.error

@@ -18,8 +18,24 @@ pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("git")]
 def test_bisect_names_the_commit_that_brought_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repos = release_repos()
     matrix = matrix_copy(tmp_path)
-    rc = cli(["bisect", "--repo", str(repos.upstream), "--good", repos.commits["0.5.20"], "--bad", "main",
-              "--fix", "38935", "--probe", "pr38935_prefill_door", "--matrix", str(matrix), "--json"])
+    rc = cli(
+        [
+            "bisect",
+            "--repo",
+            str(repos.upstream),
+            "--good",
+            repos.commits["0.5.20"],
+            "--bad",
+            "main",
+            "--fix",
+            "38935",
+            "--probe",
+            "pr38935_prefill_door",
+            "--matrix",
+            str(matrix),
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     result = json.loads(captured.out)

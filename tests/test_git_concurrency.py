@@ -46,11 +46,18 @@ def test_a_held_mirror_lock_blocks_another_process(tmp_path: Path) -> None:
     mirror = Mirror(str(repo), cache)
     with mirror.locked():  # creates the mirror, then holds its lock
         proc = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys; from pathlib import Path; from difflab.source.git import GitSource; "
-             "print(GitSource(sys.argv[1], cache=Path(sys.argv[2])).rev(sys.argv[3]).identity['commit'])",
-             str(repo), str(cache), shas[0]],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from difflab.source.git import GitSource; "
+                "print(GitSource(sys.argv[1], cache=Path(sys.argv[2])).rev(sys.argv[3]).identity['commit'])",
+                str(repo),
+                str(cache),
+                shas[0],
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(3)
         assert proc.poll() is None, "the second process must wait for the mirror lock"

@@ -54,8 +54,9 @@ def test_unusable_ref_and_commit_without_sglang(repo: tuple[Path, list[str]], ca
         GitSource(str(bare), cache=cache).rev("main")
 
 
-def test_backport_bad_input_exits_2(repo: tuple[Path, list[str]], cache: Path, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_backport_bad_input_exits_2(
+    repo: tuple[Path, list[str]], cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     matrix = matrix_copy(tmp_path / "m")
     base = ["backport", "--matrix", str(matrix), "--out", str(tmp_path / "out"), "--no-bundle"]
     assert cli([*base, "--repo", str(repo[0]), "--ref", "main", "--fix", "99999"]) == 2
@@ -68,27 +69,90 @@ def test_backport_bad_input_exits_2(repo: tuple[Path, list[str]], cache: Path, t
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], "no partial folder left behind"
 
 
-def test_bisect_and_run_bad_input_exit_2(repo: tuple[Path, list[str]], cache: Path, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bisect_and_run_bad_input_exit_2(
+    repo: tuple[Path, list[str]], cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     matrix = matrix_copy(tmp_path / "m")
-    assert cli(["bisect", "--matrix", str(matrix), "--repo", str(repo[0]), "--good", "main~1", "--bad", "main",
-                "--fix", "99999"]) == 2
+    assert (
+        cli(
+            [
+                "bisect",
+                "--matrix",
+                str(matrix),
+                "--repo",
+                str(repo[0]),
+                "--good",
+                "main~1",
+                "--bad",
+                "main",
+                "--fix",
+                "99999",
+            ]
+        )
+        == 2
+    )
     assert "unknown fix '99999'" in capsys.readouterr().err
-    assert cli(["bisect", "--matrix", str(matrix), "--repo", str(repo[0]), "--good", "main", "--bad", "main",
-                "--fix", "38935", "--probe", "no_such_probe"]) == 2
+    assert (
+        cli(
+            [
+                "bisect",
+                "--matrix",
+                str(matrix),
+                "--repo",
+                str(repo[0]),
+                "--good",
+                "main",
+                "--bad",
+                "main",
+                "--fix",
+                "38935",
+                "--probe",
+                "no_such_probe",
+            ]
+        )
+        == 2
+    )
     assert "no probe(s) ['no_such_probe']" in capsys.readouterr().err
-    run = ["run", "--source", "git", "--repo", str(repo[0]), "--matrix", str(matrix), "--no-bundle",
-           "--out", str(tmp_path / "run")]
+    run = [
+        "run",
+        "--source",
+        "git",
+        "--repo",
+        str(repo[0]),
+        "--matrix",
+        str(matrix),
+        "--no-bundle",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     # no commit known for #41404: not in the matrix, and no lock
     assert cli([*run, "--fix", "41404"]) == 2
     assert "fix '41404': no base commit known for --source git" in capsys.readouterr().err
     # an unresolved PR in the lock says so, and is never replaced by a guess
-    lock_path_for(matrix).write_text(json.dumps({
-        "schema": 1, "repo": str(repo[0]), "branch": "main", "branch_tip": repo[1][-1], "matrix": matrix.name,
-        "matrix_sha256": "0" * 64, "resolved_at": "2026-11-01T00:00:00Z",
-        "entries": {"41404": {"fix": "41404", "pr": 41404, "status": "unresolved", "base": None, "head": None,
-                              "subject": None, "checks": [],
-                              "reason": "no first-parent commit on main has a subject ending with (#41404)"}},
-    }))
+    lock_path_for(matrix).write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "repo": str(repo[0]),
+                "branch": "main",
+                "branch_tip": repo[1][-1],
+                "matrix": matrix.name,
+                "matrix_sha256": "0" * 64,
+                "resolved_at": "2026-11-01T00:00:00Z",
+                "entries": {
+                    "41404": {
+                        "fix": "41404",
+                        "pr": 41404,
+                        "status": "unresolved",
+                        "base": None,
+                        "head": None,
+                        "subject": None,
+                        "checks": [],
+                        "reason": "no first-parent commit on main has a subject ending with (#41404)",
+                    }
+                },
+            }
+        )
+    )
     assert cli([*run, "--fix", "41404"]) == 2
     assert "ending with (#41404)" in capsys.readouterr().err

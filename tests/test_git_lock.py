@@ -30,7 +30,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _fixes(*prs: int) -> str:
     return "".join(
         f'\n[[fixes]]\nid = "{pr}"\npr = {pr}\ntitle = "t"\nbase = {{ release = "0.5.20" }}\n'
-        f'head = {{ release = "0.5.21" }}\n' for pr in prs
+        f'head = {{ release = "0.5.21" }}\n'
+        for pr in prs
     )
 
 
@@ -59,8 +60,9 @@ def test_lock_resolves_each_pr_to_its_merge_commit_and_first_parent(
     assert raw["schema"] == 1 and raw["matrix_sha256"] == load_matrix(path).sha256
 
 
-def test_lock_reports_a_short_sha_that_disagrees(repos: ReleaseRepos, tmp_path: Path, cache: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_lock_reports_a_short_sha_that_disagrees(
+    repos: ReleaseRepos, tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = matrix_copy(tmp_path, commits_38935=("deadbeef", repos.commits["0.5.21"][:12]))
     assert cli(["lock", "--matrix", str(path), "--repo", str(repos.upstream)]) == 1
     entry = read_lock(lock_path_for(path)).entries["38935"]  # type: ignore[union-attr]

@@ -21,8 +21,22 @@ def test_run_on_git_commits_confirms_the_fix_and_replays_its_upstream_tests(tmp_
     matrix = matrix_copy(tmp_path / "m")
     assert cli(["lock", "--matrix", str(matrix), "--repo", str(repos.upstream)]) == 1  # 41404 unresolved
     out = tmp_path / "run"
-    rc = cli(["run", "--source", "git", "--repo", str(repos.upstream), "--matrix", str(matrix), "--fix", "38935",
-              "--out", str(out), "--no-bundle"])
+    rc = cli(
+        [
+            "run",
+            "--source",
+            "git",
+            "--repo",
+            str(repos.upstream),
+            "--matrix",
+            str(matrix),
+            "--fix",
+            "38935",
+            "--out",
+            str(out),
+            "--no-bundle",
+        ]
+    )
     assert rc == 0
     diff = json.loads((out / "diff.json").read_text())
     fix = diff["fixes"][0]
@@ -63,6 +77,13 @@ def test_git_source_gives_the_same_verdicts_as_the_release_source(tmp_path: Path
         verdicts[kind] = {f["id"]: f["verdict"] for f in diff["fixes"]}
         if kind == "git":
             assert {f["base"]["kind"] for f in diff["fixes"]} == {"git"}
-    assert verdicts["git"] == verdicts["release"] == {
-        "36988": "confirmed", "38935": "confirmed", "43719a": "confirmed", "43719b": "unavailable",
-    }
+    assert (
+        verdicts["git"]
+        == verdicts["release"]
+        == {
+            "36988": "confirmed",
+            "38935": "confirmed",
+            "43719a": "confirmed",
+            "43719b": "unavailable",
+        }
+    )

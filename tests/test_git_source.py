@@ -72,8 +72,7 @@ def test_branch_and_tag_refs(repos: ReleaseRepos, tmp_path: Path) -> None:
         assert sha == repos.fork_commits[name]
 
 
-def test_backend_for_git_and_default_repo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                          repos: ReleaseRepos) -> None:
+def test_backend_for_git_and_default_repo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, repos: ReleaseRepos) -> None:
     monkeypatch.delenv(REPO_ENV, raising=False)
     assert normalise_repo(None) == UPSTREAM
     monkeypatch.setenv(REPO_ENV, str(repos.upstream))
@@ -93,15 +92,44 @@ def test_commit_pin_prefers_lock_then_matrix_and_names_the_fix(tmp_path: Path, r
         commit_pin_for(matrix.fix("41404"), "base", path)
     # a resolved lock entry gives the full SHA
     lock = {
-        "schema": 1, "repo": str(repos.upstream), "branch": "main", "branch_tip": repos.commits["0.5.22"],
-        "matrix": path.name, "matrix_sha256": matrix.sha256, "resolved_at": "2026-11-01T00:00:00Z",
+        "schema": 1,
+        "repo": str(repos.upstream),
+        "branch": "main",
+        "branch_tip": repos.commits["0.5.22"],
+        "matrix": path.name,
+        "matrix_sha256": matrix.sha256,
+        "resolved_at": "2026-11-01T00:00:00Z",
         "entries": {
-            "38935": {"fix": "38935", "pr": 38935, "status": "resolved", "base": repos.commits["0.5.20"],
-                      "head": repos.commits["0.5.21"], "subject": "s", "reason": None, "checks": []},
-            "41404": {"fix": "41404", "pr": 41404, "status": "unresolved", "base": None, "head": None,
-                      "subject": None, "reason": "no first-parent commit on main ends with (#41404)", "checks": []},
-            "36988": {"fix": "36988", "pr": 36988, "status": "mismatch", "base": "a" * 40, "head": "b" * 40,
-                      "subject": "s", "reason": "matrix head 2ee5742a but ...", "checks": []},
+            "38935": {
+                "fix": "38935",
+                "pr": 38935,
+                "status": "resolved",
+                "base": repos.commits["0.5.20"],
+                "head": repos.commits["0.5.21"],
+                "subject": "s",
+                "reason": None,
+                "checks": [],
+            },
+            "41404": {
+                "fix": "41404",
+                "pr": 41404,
+                "status": "unresolved",
+                "base": None,
+                "head": None,
+                "subject": None,
+                "reason": "no first-parent commit on main ends with (#41404)",
+                "checks": [],
+            },
+            "36988": {
+                "fix": "36988",
+                "pr": 36988,
+                "status": "mismatch",
+                "base": "a" * 40,
+                "head": "b" * 40,
+                "subject": "s",
+                "reason": "matrix head 2ee5742a but ...",
+                "checks": [],
+            },
         },
     }
     lock_path_for(path).write_text(json.dumps(lock))

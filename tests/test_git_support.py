@@ -128,8 +128,13 @@ class ReleaseRepos:
 
 
 def git(cwd: Path, *args: str, date: str | None = None) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "SGLang Maintainers", "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
-           "GIT_COMMITTER_NAME": "SGLang Maintainers", "GIT_COMMITTER_EMAIL": "maintainers@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "SGLang Maintainers",
+        "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
+        "GIT_COMMITTER_NAME": "SGLang Maintainers",
+        "GIT_COMMITTER_EMAIL": "maintainers@example.invalid",
+    }
     if date:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{date}T12:00:00Z"
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
@@ -202,8 +207,14 @@ def build_fork(upstream: Path, dest: Path, commits: dict[str, str]) -> tuple[dic
     text = prefill.read_text()
     assert text.count(PREFILL_GUARD) == 1, "prefill-door guard not found in 0.5.21"
     prefill.write_text(text.replace(PREFILL_GUARD, PREFILL_UNGUARDED))
-    git(dest, "commit", "--quiet", "-am", "[ACME] Revert the prefill-door intake check (router retries it)",
-        date="2026-10-04")
+    git(
+        dest,
+        "commit",
+        "--quiet",
+        "-am",
+        "[ACME] Revert the prefill-door intake check (router retries it)",
+        date="2026-10-04",
+    )
     refs["revert"], shas["revert"] = "acme/revert", git(dest, "rev-parse", "HEAD")
 
     git(dest, "checkout", "--quiet", "-b", "acme/version", commits["0.5.20"])
@@ -249,7 +260,6 @@ def release_repos() -> ReleaseRepos:
     return ReleaseRepos(root, root / "upstream", root / "fork", commits, refs, shas)
 
 
-
 def tiny_repo(dest: Path, prs: list[int]) -> list[str]:
     """A small repository (an importable stub ``sglang``) with one squash-merge commit per PR."""
     dest.mkdir(parents=True)
@@ -282,9 +292,14 @@ def matrix_copy(dest: Path, commits_38935: tuple[str, str] | None = None) -> Pat
         base, head = commits_38935
         anchor = 'id = "38935"\n'
         assert anchor in text
-        text = text.replace(anchor, anchor + (
-            f'commits = {{ base = {{ sha = "{base}", confirmed = false }}, '
-            f'head = {{ sha = "{head}", confirmed = false }} }}\n'))
+        text = text.replace(
+            anchor,
+            anchor
+            + (
+                f'commits = {{ base = {{ sha = "{base}", confirmed = false }}, '
+                f'head = {{ sha = "{head}", confirmed = false }} }}\n'
+            ),
+        )
     path = dest / "upstream.toml"
     path.write_text(text)
     load_matrix(path)

@@ -85,18 +85,13 @@ def test_bench_serving_command_line():
     assert argv[:3] == ["python3", "-m", "sglang.bench_serving"]
     pairs = dict(zip(argv[3::2], argv[4::2], strict=True))
     assert pairs["--backend"] == "sglang" and pairs["--dataset-name"] == "random-ids"
-    assert (
-        pairs["--base-url"] == "http://127.0.0.1:8000"
-        and pairs["--output-file"] == "/bench/base-round0.jsonl"
-    )
+    assert pairs["--base-url"] == "http://127.0.0.1:8000" and pairs["--output-file"] == "/bench/base-round0.jsonl"
     assert (pairs["--num-prompts"], pairs["--random-input-len"], pairs["--seed"]) == ("50", "512", "7")
 
 
 def test_summary_uses_bench_serving_field_names():
     replies = [
-        StreamReply(
-            200, "a b", ttft_s=0.1, itl_s=[0.01, 0.03], elapsed_s=0.14, completion_tokens=3, prompt_tokens=10
-        ),
+        StreamReply(200, "a b", ttft_s=0.1, itl_s=[0.01, 0.03], elapsed_s=0.14, completion_tokens=3, prompt_tokens=10),
         StreamReply(500, error="boom"),
     ]
     s = summarize(replies, 2.0, BenchSpec())
@@ -117,9 +112,7 @@ FIX = Fix(
 
 def _judge(ab):
     obs = {
-        s: Observation(
-            fix="41404", probe=THROUGHPUT, side=s, source={}, status="ok", fields=ab.side_fields(s)
-        )
+        s: Observation(fix="41404", probe=THROUGHPUT, side=s, source={}, status="ok", fields=ab.side_fields(s))
         for s in ("base", "head")
     }
     return judge_throughput(FIX, ab, obs["base"], obs["head"], {"label": "b"}, {"label": "h"}), obs

@@ -30,9 +30,7 @@ def test_one_prefill_one_decode_and_a_router():
         p = argv_pairs(spec.command)
         assert p["--disaggregation-mode"] == mode and p["--disaggregation-transfer-backend"] == "mooncake"
         assert p["--disaggregation-bootstrap-port"] == "8998" and "--enable-metrics" in spec.command
-        assert (
-            p["--model-path"] == "Qwen/Qwen3-0.6B" and p["--load-format"] == "dummy" and p["--port"] == port
-        )
+        assert p["--model-path"] == "Qwen/Qwen3-0.6B" and p["--load-format"] == "dummy" and p["--port"] == port
         assert spec.image == IMAGE.pinned and "@sha256:" in spec.image  # started by digest, never by tag
         assert (spec.network_mode, spec.ipc_mode, spec.privileged, spec.memlock) == ("host", "host", True, -1)
         assert spec.gpu_ids == ("0", "1")
@@ -115,9 +113,7 @@ def smi(stdout: str, code: int = 0):
 
 
 def test_host_check_names_every_missing_prerequisite(tmp_path: Path):
-    check = check_host(
-        FakeDocker(error=RuntimeError("socket missing")), lambda name: None, smi(""), tmp_path / "none"
-    )
+    check = check_host(FakeDocker(error=RuntimeError("socket missing")), lambda name: None, smi(""), tmp_path / "none")
     assert not check.ok and len(check.missing) == 2
     assert "no Docker engine reachable" in check.missing[0] and "socket missing" in check.missing[0]
     assert check.missing[1] == "nvidia-smi not found on PATH (no NVIDIA driver on this host)"
@@ -260,8 +256,6 @@ def test_a_container_that_exits_fails_with_its_logs():
 
     cfg = DeploymentConfig(side="base", image=IMAGE, ports=Ports(9, 9, 9, 8998))  # nothing answers on port 9
     client = FakeClient(status="exited")
-    with pytest.raises(
-        DeploymentError, match=r"(?s)prefill container exited \(1\).*CUDA error: no kernel image"
-    ):
+    with pytest.raises(DeploymentError, match=r"(?s)prefill container exited \(1\).*CUDA error: no kernel image"):
         DockerDeployment(cfg, client).up(ready_timeout_s=5)
     assert client.containers.live == {}  # cleaned up after the failure

@@ -34,9 +34,7 @@ NO_DEFERRED = {names.DEFERRED_ENV: "0"}
 
 def run(scenario, config: TestServerConfig, limits: Limits = LIMITS):
     with TestDeployment(config) as dep:
-        outcome = scenario.run(
-            Endpoints.from_urls(dep.router_url, dep.prefill_url, dep.decode_url, 10.0), limits
-        )
+        outcome = scenario.run(Endpoints.from_urls(dep.router_url, dep.prefill_url, dep.decode_url, 10.0), limits)
         return outcome, dict(dep.engine.stats)
 
 
@@ -93,19 +91,12 @@ def test_abort_storm_leaves_engines_whole_when_fixed():
     assert stats["aborts_mid_transfer"] >= 1  # the storm did hit in-flight transfers
     assert f["abort.prefill_kv_back_to_baseline"] and f["abort.decode_kv_back_to_baseline"]
     assert f["abort.no_phantom_running"] and f["abort.phantom_running"] == 0
-    assert (
-        f["abort.deferred_metric_seen"]
-        and f["abort.deferred_outcomes"]["drained"] == stats["aborts_mid_transfer"]
-    )
+    assert f["abort.deferred_metric_seen"] and f["abort.deferred_outcomes"]["drained"] == stats["aborts_mid_transfer"]
     assert f["abort.deferred_errors"] == 0 and f["abort.leak_seen"] is False and f["abort.followup_ok"]
 
 
 def test_abort_storm_without_deferred_release_leaks_decode_pages_and_phantoms():
-    cfg = (
-        head_config(deferred_metric=False)
-        .with_env("decode", **NO_DEFERRED)
-        .with_env("prefill", **NO_DEFERRED)
-    )
+    cfg = head_config(deferred_metric=False).with_env("decode", **NO_DEFERRED).with_env("prefill", **NO_DEFERRED)
     out, stats = run(AbortStorm(), cfg)
     f = out.fields
     assert stats["late_writes"] >= 1

@@ -70,9 +70,7 @@ def test_endpoints_answer_in_sglang_shapes():
         assert metrics.minimum("sglang:max_total_num_tokens") == 8192 and metrics.has("sglang:context_len")
         reply = router.generate("hello world", max_new_tokens=3, rid="r-1")
         assert reply.ok and reply.meta()["id"] == "r-1" and reply.meta()["completion_tokens"] == 3
-        assert (
-            prefill.generate("x", max_new_tokens=1).status == 400
-        )  # PD engines take requests via the router
+        assert prefill.generate("x", max_new_tokens=1).status == 400  # PD engines take requests via the router
         assert router.get("/metrics").status == 404
         assert prefill.abort_request("no-such-rid").body == {"success": True, "aborted": 0}
         too_long = router.generate("w " * 2040, max_new_tokens=16)

@@ -19,9 +19,7 @@ from difflab.gpu.testserver import head_config
 from difflab.observation import Observation
 
 pytestmark = pytest.mark.xdist_group("gpu-testserver")
-D = {
-    v: f"lmsysorg/sglang:v{v}@sha256:{c * 64}" for v, c in (("0.5.19", "1"), ("0.5.20", "2"), ("0.5.21", "3"))
-}
+D = {v: f"lmsysorg/sglang:v{v}@sha256:{c * 64}" for v, c in (("0.5.19", "1"), ("0.5.20", "2"), ("0.5.21", "3"))}
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +61,7 @@ def test_run_folder_layout_and_observations(run_folder):
             found = sorted(p.stem for p in (out / "observations" / fix / side).glob("*.json"))
             assert found == probes
     base = Observation.read(out / "observations" / "38935" / "base" / "gpu_canary_leak.json")
-    assert (
-        base.ok
-        and base.fields["canary.leak_seen"] is True
-        and base.problems
-        and base.runner == "gpu-testserver"
-    )
+    assert base.ok and base.fields["canary.leak_seen"] is True and base.problems and base.runner == "gpu-testserver"
     head = Observation.read(out / "observations" / "41404" / "head" / "gpu_abort_storm.json")
     assert head.fields["abort.deferred_metric_seen"] is True and head.sglang_version == "0.5.23"
     ab = json.loads((out / "throughput" / "41404" / "ab.json").read_text())
@@ -147,9 +140,7 @@ def test_docker_targets_share_images_and_place_sides(matrix):
     fixes = gpu_fixes(list(matrix.fixes), None)
     req = tier.TierRequest(images=ImageMap.from_args(list(D.values())))
     six = HostCheck(gpus=[str(i) for i in range(6)], rdma=True)
-    targets = tier.docker_targets(
-        req, fixes, six, BenchSpec()
-    )  # three images, three GPU pairs: all up at once
+    targets = tier.docker_targets(req, fixes, six, BenchSpec())  # three images, three GPU pairs: all up at once
     assert targets["38935"]["base"] is targets["41404"]["base"]  # same 0.5.20 image: one deployment
     assert targets["36988"]["head"] is targets["38935"]["base"]
     distinct = {id(t): t for sides in targets.values() for t in sides.values()}.values()

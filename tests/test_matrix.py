@@ -41,23 +41,38 @@ def test_valid_matrix_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "pattern"),
     [
-        (lambda t: t.replace('pr = 38935', 'pr = "x"'), r"fix '38935'\.pr"),
-        (lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "9.9.9" }'),
-         r"fix '38935'\.head\.release: release '9\.9\.9' is not pinned"),
-        (lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true]'),
-         r"fix '38935'\.probes\[0\]\.expect\.'rejected\.enqueued'"),
-        (lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true, true]'),
-         r"that is a control"),
+        (lambda t: t.replace("pr = 38935", 'pr = "x"'), r"fix '38935'\.pr"),
+        (
+            lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "9.9.9" }'),
+            r"fix '38935'\.head\.release: release '9\.9\.9' is not pinned",
+        ),
+        (
+            lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true]'),
+            r"fix '38935'\.probes\[0\]\.expect\.'rejected\.enqueued'",
+        ),
+        (
+            lambda t: t.replace('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true, true]'),
+            r"that is a control",
+        ),
         (lambda t: t.replace('sha256 = "1573', 'sha256 = "XX73'), r"releases\.'0\.5\.20'\.sha256"),
         (lambda t: t.replace('title = "t"', 'title = "t"\nbogus = 1'), r"fix '38935': unknown field\(s\) \['bogus'\]"),
-        (lambda t: t.replace('base = { release = "0.5.20" }', ''), r"fix '38935'\.base: missing"),
-        (lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "0.5.21", commit = "abcdef1" }'),
-         r"fix '38935'\.head: give exactly one"),
-        (lambda t: t.replace('schema = 1', 'schema = 7'), r"schema"),
-        (lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='a.py'\nfind='x'\nreplace=''\ntargets=['nope']\n",
-         r"fix '38935'\.mutations\[0\]\.targets: 'nope' is not one of this fix's probes"),
-        (lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='../a.py'\nfind='x'\nreplace=''\n"
-         "targets=['pr38935_prefill_door']\n", r"mutations\[0\]\.file"),
+        (lambda t: t.replace('base = { release = "0.5.20" }', ""), r"fix '38935'\.base: missing"),
+        (
+            lambda t: t.replace('head = { release = "0.5.21" }', 'head = { release = "0.5.21", commit = "abcdef1" }'),
+            r"fix '38935'\.head: give exactly one",
+        ),
+        (lambda t: t.replace("schema = 1", "schema = 7"), r"schema"),
+        (
+            lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='a.py'\nfind='x'\nreplace=''\ntargets=['nope']\n",
+            r"fix '38935'\.mutations\[0\]\.targets: 'nope' is not one of this fix's probes",
+        ),
+        (
+            lambda t: (
+                t + "[[fixes.mutations]]\nname='m'\nfile='../a.py'\nfind='x'\nreplace=''\n"
+                "targets=['pr38935_prefill_door']\n"
+            ),
+            r"mutations\[0\]\.file",
+        ),
     ],
 )
 def test_bad_matrix_names_file_fix_and_field(tmp_path: Path, mutate, pattern: str) -> None:

@@ -98,14 +98,10 @@ def test_each_unsafe_setting_fails_its_gate_alone(tmp_path: Path, change, failin
 def test_checksum_as_an_old_server_flag(tmp_path: Path):
     flag = {names.CHECKSUM_FLAG_KEY: True}
     cfg = TestServerConfig(server_args={"prefill": dict(flag), "decode": dict(flag)})
-    cfg = cfg.with_env("prefill", **{names.CHECKSUM_ENV: None}).with_env(
-        "decode", **{names.CHECKSUM_ENV: None}
-    )
+    cfg = cfg.with_env("prefill", **{names.CHECKSUM_ENV: None}).with_env("decode", **{names.CHECKSUM_ENV: None})
     report = preflight(cfg, tmp_path)
     g = gate(report, "kv-checksum")
-    assert g.status == "pass" and {e.source for e in g.evidence} >= {
-        f"/server_info {names.CHECKSUM_FLAG_KEY}"
-    }
+    assert g.status == "pass" and {e.source for e in g.evidence} >= {f"/server_info {names.CHECKSUM_FLAG_KEY}"}
     off = TestServerConfig(server_args={"prefill": dict(flag), "decode": {names.CHECKSUM_FLAG_KEY: False}})
     assert gate(preflight(off, tmp_path), "kv-checksum").status == "fail"
 
@@ -150,9 +146,7 @@ def test_without_an_environment_source_env_only_flags_are_unknown_not_passed(tmp
 
 
 def test_gates_that_do_not_apply(tmp_path: Path):
-    cfg = TestServerConfig(
-        server_args={"prefill": {names.BACKEND_INFO_KEY: "nixl"}, "decode": {"dcp_size": 2}}
-    )
+    cfg = TestServerConfig(server_args={"prefill": {names.BACKEND_INFO_KEY: "nixl"}, "decode": {"dcp_size": 2}})
     report = preflight(cfg.with_env("prefill", **{names.TRANSFER_BATCH_ENV: "0"}), tmp_path)
     assert statuses(report)["transfer-batch"] == "not-applicable"
     assert statuses(report)["kv-checksum"] == "not-applicable"
@@ -163,13 +157,8 @@ def test_unreachable_engines_and_failing_live_request(tmp_path: Path):
     with TestDeployment(TestServerConfig()) as dep:
         prefill, decode = dep.prefill_url, dep.decode_url
         dead_router = "http://127.0.0.1:9"  # discard port: nothing listens
-        report = run_preflight(
-            prefill, decode, dead_router, env_files(TestServerConfig(), tmp_path), timeout_s=2
-        )
-    assert (
-        gate(report, "kv-checksum").status == "fail"
-        and "live request failed" in gate(report, "kv-checksum").reason
-    )
+        report = run_preflight(prefill, decode, dead_router, env_files(TestServerConfig(), tmp_path), timeout_s=2)
+    assert gate(report, "kv-checksum").status == "fail" and "live request failed" in gate(report, "kv-checksum").reason
     report = run_preflight(prefill, decode, None, timeout_s=1)  # the deployment is gone now
     assert not report.ok and "did not answer" in gate(report, "kv-pool").reason
 
@@ -222,10 +211,7 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys):
         assert cli.main([*args, "--json", str(tmp_path / "r.json")]) == 0
         assert "preflight passed" in capsys.readouterr().out
         assert json.loads((tmp_path / "r.json").read_text())["failing"] == []
-        assert (
-            cli.main(["preflight", "--prefill", dep.prefill_url, "--decode", dep.decode_url, "--env", "x=y"])
-            == 2
-        )
+        assert cli.main(["preflight", "--prefill", dep.prefill_url, "--decode", dep.decode_url, "--env", "x=y"]) == 2
         assert "expected prefill=SOURCE" in capsys.readouterr().err
     unsafe = TestServerConfig(prefill_pool_tokens=1024).with_env("prefill", **{names.TRANSFER_BATCH_ENV: "0"})
     envs = env_files(unsafe, tmp_path)

@@ -103,8 +103,15 @@ class HostPython:
 
 def job(tmp_path: Path, body: str, timeout: float = 30.0) -> ProbeJob:
     src = MaterialisedSource(label="none", kind="release", root=tmp_path, identity={"kind": "test"}, digest="x")
-    return ProbeJob(fix_id="1", probe="p", side="base", source=src, probe_file=probe(tmp_path, body),
-                    log_path=tmp_path / "p.log", timeout_s=timeout)
+    return ProbeJob(
+        fix_id="1",
+        probe="p",
+        side="base",
+        source=src,
+        probe_file=probe(tmp_path, body),
+        log_path=tmp_path / "p.log",
+        timeout_s=timeout,
+    )
 
 
 def test_runner_turns_a_crash_into_an_error_observation(tmp_path: Path) -> None:

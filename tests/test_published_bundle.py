@@ -47,7 +47,10 @@ def test_published_verdicts() -> None:
 
     diff = json.loads((PUBLISHED / "diff.json").read_text())
     assert {f["id"]: f["verdict"] for f in diff["fixes"]} == {
-        "36988": "confirmed", "38935": "confirmed", "41404": "confirmed", "43719a": "confirmed",
+        "36988": "confirmed",
+        "38935": "confirmed",
+        "41404": "confirmed",
+        "43719a": "confirmed",
         "43719b": "unavailable",
     }
 

@@ -24,8 +24,13 @@ from difflab.progress import Reporter
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
-EXPECTED = {"36988": "confirmed", "38935": "confirmed", "41404": "confirmed", "43719a": "confirmed",
-            "43719b": "unavailable"}
+EXPECTED = {
+    "36988": "confirmed",
+    "38935": "confirmed",
+    "41404": "confirmed",
+    "43719a": "confirmed",
+    "43719b": "unavailable",
+}
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +99,7 @@ def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, 
 def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
     env = SharedEnvironment().ensure()
     runner = make_runner(RunRequest(), env)
-    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env,
-                                               Reporter().track)
+    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter().track)
     table = {(c.fix, c.release): c.verdict for c in cells}
     first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
     for fix_id, first in first_fixed.items():
@@ -139,9 +143,9 @@ def test_useless_probe_is_insensitive_and_stale_mutation_is_reported(
     )
     text = matrix_path.read_text()
     start = text.index('id = "38935"')
-    block = text[start:text.index("[[fixes]]", start)]
-    mutation = block[block.index("[[fixes.mutations]]"):]
-    mutation = re.sub(r'targets = \[.*\]', 'targets = ["useless_prefill_door"]', mutation.split("\n\n")[0])
+    block = text[start : text.index("[[fixes]]", start)]
+    mutation = block[block.index("[[fixes.mutations]]") :]
+    mutation = re.sub(r"targets = \[.*\]", 'targets = ["useless_prefill_door"]', mutation.split("\n\n")[0])
     useless = (
         '[[fixes]]\nid = "38935"\npr = 38935\ntitle = "useless"\nbase = { release = "0.5.20" }\n'
         'head = { release = "0.5.21" }\n[[fixes.probes]]\nname = "useless_prefill_door"\n'

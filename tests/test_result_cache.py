@@ -39,9 +39,17 @@ class FakeRunner:
                 job.log_path.parent.mkdir(parents=True, exist_ok=True)
                 job.log_path.write_text(f"log of {job.probe}\n")
             status = self.status(job)
-            obs = Observation(fix=job.fix_id, probe=job.probe, side=job.side, source=dict(job.source.identity),
-                              status=status, fields={"x.value": len(self.ran)}, runner=self.name,  # type: ignore[arg-type]
-                              error=None if status == "ok" else "boom", duration_s=1.5)
+            obs = Observation(
+                fix=job.fix_id,
+                probe=job.probe,
+                side=job.side,
+                source=dict(job.source.identity),
+                status=status,
+                fields={"x.value": len(self.ran)},
+                runner=self.name,  # type: ignore[arg-type]
+                error=None if status == "ok" else "boom",
+                duration_s=1.5,
+            )
             if on_done:
                 on_done(obs)
             out.append(obs)
@@ -59,13 +67,23 @@ def lab(tmp_path: Path) -> Path:
     return tmp_path
 
 
-SRC = MaterialisedSource(label="0.5.21", kind="release", root=Path("/nowhere"), identity={"version": "0.5.21"},
-                         digest="sha256:aaa")
+SRC = MaterialisedSource(
+    label="0.5.21", kind="release", root=Path("/nowhere"), identity={"version": "0.5.21"}, digest="sha256:aaa"
+)
 
 
 def jobs(lab: Path, source: MaterialisedSource = SRC, side: str = "base", fix: str = "1") -> list[ProbeJob]:
-    return [ProbeJob(fix_id=fix, probe=p, side=side, source=source, probe_file=lab / "probes" / f"{p}.py",
-                     log_path=lab / "out" / side / f"{p}.log") for p in ("p1", "p2")]
+    return [
+        ProbeJob(
+            fix_id=fix,
+            probe=p,
+            side=side,
+            source=source,
+            probe_file=lab / "probes" / f"{p}.py",
+            log_path=lab / "out" / side / f"{p}.log",
+        )
+        for p in ("p1", "p2")
+    ]
 
 
 def cached(inner: FakeRunner, lab: Path, env: Env | None = None) -> CachingRunner:

@@ -81,20 +81,31 @@ def toy_source(lab: Path, name: str, module: str = "VALUE = {name!r}\nCALLS = []
     root = lab / "sources" / name
     root.mkdir(parents=True, exist_ok=True)
     (root / "toymod.py").write_text(module.format(name=name))
-    return MaterialisedSource(label=name, kind="toy", root=root, identity={"kind": "toy", "name": name},
-                              digest=f"toy:{name}")
+    return MaterialisedSource(
+        label=name, kind="toy", root=root, identity={"kind": "toy", "name": name}, digest=f"toy:{name}"
+    )
 
 
 def job(lab: Path, probe: str, source: MaterialisedSource, n: int = 0, timeout_s: float = 30.0) -> ProbeJob:
-    return ProbeJob(fix_id="f", probe=probe, side=f"{source.label}-{n}", source=source,
-                    probe_file=lab / "probes" / f"{probe}.py",
-                    log_path=lab / "logs" / source.label / f"{probe}-{n}.log", timeout_s=timeout_s)
+    return ProbeJob(
+        fix_id="f",
+        probe=probe,
+        side=f"{source.label}-{n}",
+        source=source,
+        probe_file=lab / "probes" / f"{probe}.py",
+        log_path=lab / "logs" / source.label / f"{probe}-{n}.log",
+        timeout_s=timeout_s,
+    )
 
 
 def runner(**options: Any) -> WarmRunner:
     options.setdefault("learn", False)
-    return WarmRunner(environment=HostEnvironment(), hub_preload=(), server_preload=("toymod",),  # type: ignore[arg-type]
-                      **options)
+    return WarmRunner(
+        environment=HostEnvironment(),
+        hub_preload=(),
+        server_preload=("toymod",),  # type: ignore[arg-type]
+        **options,
+    )
 
 
 def test_probes_in_one_server_never_see_each_others_patches(lab: Path) -> None:
@@ -123,8 +134,12 @@ def test_one_server_per_source_and_results_in_job_order(lab: Path) -> None:
 
 def test_crash_and_hang_become_errors_with_their_logs(lab: Path) -> None:
     src = toy_source(lab, "a")
-    jobs = [job(lab, "toy_crash", src), job(lab, "toy_hang", src, timeout_s=1.0), job(lab, "toy_raise", src),
-            job(lab, "toy_patch", src)]
+    jobs = [
+        job(lab, "toy_crash", src),
+        job(lab, "toy_hang", src, timeout_s=1.0),
+        job(lab, "toy_raise", src),
+        job(lab, "toy_patch", src),
+    ]
     with runner() as r:
         crash, hang, raised, fine = r.run(jobs)
     assert crash.status == "error" and "died (signal 9) without a result" in (crash.error or "")
@@ -136,8 +151,10 @@ def test_crash_and_hang_become_errors_with_their_logs(lab: Path) -> None:
 
 
 def test_a_server_that_cannot_fork_safely_falls_back_to_fresh_processes(lab: Path) -> None:
-    threaded = "import threading, time\nVALUE = 'threaded'\nCALLS = []\n" \
-               "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    threaded = (
+        "import threading, time\nVALUE = 'threaded'\nCALLS = []\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
     src = toy_source(lab, "t", threaded)
     with runner() as r:
         (obs,) = r.run([job(lab, "toy_patch", src)])
@@ -147,8 +164,11 @@ def test_a_server_that_cannot_fork_safely_falls_back_to_fresh_processes(lab: Pat
 
 
 def test_a_server_that_dies_while_importing_falls_back(lab: Path) -> None:
-    src = toy_source(lab, "dies", "import os, sys\nif sys.argv[0].endswith('server.py'): os._exit(3)\n"
-                                  "VALUE = 'survived'\nCALLS = []\n")
+    src = toy_source(
+        lab,
+        "dies",
+        "import os, sys\nif sys.argv[0].endswith('server.py'): os._exit(3)\nVALUE = 'survived'\nCALLS = []\n",
+    )
     with runner() as r:
         (obs,) = r.run([job(lab, "toy_patch", src)])
     assert obs.status == "ok" and obs.runner == "subprocess" and obs.fields["toymod.value"] == "survived"
@@ -177,7 +197,8 @@ def test_the_hub_learns_what_servers_import_and_forgets_a_list_that_breaks_forki
     assert "difflib" in learned.read_text().split() and "toymod" not in learned.read_text().split()
     # A module on the hub's path that starts a thread: a hub that imports it cannot fork safely.
     (childlib.stage() / "difflab_test_threads.py").write_text(
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
     learned.write_text("difflab_test_threads\n")
     with runner(learn=True) as r:
         (obs,) = r.run([job(lab, "toy_patch", src, 1)])
@@ -202,8 +223,14 @@ def test_warm_observes_what_a_fresh_process_observes(tmp_path: Path, matrix) -> 
     src = ReleaseSource(matrix.releases).release("0.5.21")
 
     def one(kind: str) -> ProbeJob:
-        return ProbeJob(fix_id="38935", probe="pr38935_prefill_door", side="head", source=src,
-                        probe_file=probes_dir() / "pr38935_prefill_door.py", log_path=tmp_path / kind / "p.log")
+        return ProbeJob(
+            fix_id="38935",
+            probe="pr38935_prefill_door",
+            side="head",
+            source=src,
+            probe_file=probes_dir() / "pr38935_prefill_door.py",
+            log_path=tmp_path / kind / "p.log",
+        )
 
     with WarmRunner(environment=env) as warm:
         (w,) = warm.run([one("warm")])

@@ -68,9 +68,7 @@ def test_workflow_structure():
     assert list(jobs) == ["plan", "cpu", "merge", "gpu", "report", "sign"]
     assert jobs["cpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert jobs["plan"]["outputs"]["matrix"] == "${{ steps.generate.outputs.matrix }}"
-    assert any(
-        s.get("run") == "python ci/gen_workflow.py matrix --github-output" for s in jobs["plan"]["steps"]
-    )
+    assert any(s.get("run") == "python ci/gen_workflow.py matrix --github-output" for s in jobs["plan"]["steps"])
     assert jobs["gpu"]["runs-on"] == ["self-hosted", "linux", "gpu", "${{ matrix.gpu }}"]
     assert jobs["gpu"]["strategy"]["matrix"]["gpu"] == ["h100", "h200"]
     assert "pull_request" in jobs["gpu"]["if"]  # self-hosted runners never run PR code

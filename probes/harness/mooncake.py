@@ -94,9 +94,7 @@ class PrefillRank:
         try:
             self.mgr.start_prefill_thread()
             if not drained.wait(THREAD_WAIT_S):
-                raise ProbeFailure(
-                    f"bootstrap thread stopped before handling all messages: {self.thread_errors}"
-                )
+                raise ProbeFailure(f"bootstrap thread stopped before handling all messages: {self.thread_errors}")
         finally:
             threading.excepthook = previous_hook
         if self.thread_errors:

@@ -65,12 +65,21 @@ def judge_cell(fix: Fix, release: str, obs: dict[str, Observation], expected: st
         return Cell(fix=fix.id, release=release, verdict="n/a", expected=expected, detail="no probes declared")
     if all(o.status == "n/a" for o in obs.values()) and len(obs) == len(fix.probes):
         detail = "; ".join(f"{n}: {o.error}" for n, o in obs.items())
-        return Cell(fix=fix.id, release=release, verdict="n/a", expected=expected,
-                    probes=dict.fromkeys(obs, "n/a"), detail=detail)
+        return Cell(
+            fix=fix.id,
+            release=release,
+            verdict="n/a",
+            expected=expected,
+            probes=dict.fromkeys(obs, "n/a"),
+            detail=detail,
+        )
     judged = judge_backport(fix, obs)
     verdict = CELL[judged.verdict]
     return Cell(
-        fix=fix.id, release=release, verdict=verdict, expected=expected,
+        fix=fix.id,
+        release=release,
+        verdict=verdict,
+        expected=expected,
         probes={p.probe: p.like for p in judged.probes},
         detail="" if verdict in ("fixed", "bug") else judged.reason,
     )
@@ -83,19 +92,28 @@ def _jobs(matrix: Matrix, fixes: list[Fix], releases: list[str], work: Path) -> 
         src = backend.release(release)
         for fix in fixes:
             for spec in fix.probes:
-                jobs.append(ProbeJob(
-                    fix_id=fix.id, probe=spec.name, side=release, source=src,
-                    probe_file=probes_dir() / f"{spec.name}.py",
-                    log_path=work / "observations" / fix.id / release / f"{spec.name}.log",
-                    timeout_s=DEFAULT_TIMEOUT_S,
-                ))
+                jobs.append(
+                    ProbeJob(
+                        fix_id=fix.id,
+                        probe=spec.name,
+                        side=release,
+                        source=src,
+                        probe_file=probes_dir() / f"{spec.name}.py",
+                        log_path=work / "observations" / fix.id / release / f"{spec.name}.log",
+                        timeout_s=DEFAULT_TIMEOUT_S,
+                    )
+                )
     return jobs
 
 
 def render_markdown(fixes: list[Fix], releases: list[str], cells: list[Cell]) -> str:
     by = {(c.fix, c.release): c for c in cells}
-    lines = ["# Release containment by behaviour", "", "| fix | " + " | ".join(releases) + " |",
-             "|---|" + "---|" * len(releases)]
+    lines = [
+        "# Release containment by behaviour",
+        "",
+        "| fix | " + " | ".join(releases) + " |",
+        "|---|" + "---|" * len(releases),
+    ]
     for fix in fixes:
         row = []
         for r in releases:
@@ -109,8 +127,13 @@ def render_markdown(fixes: list[Fix], releases: list[str], cells: list[Cell]) ->
 
 
 def run_contains(
-    matrix_path: Path, fix_ids: list[str] | None, releases: list[str] | None, out: Path | None, runner: Runner,
-    env: SharedEnvironment, track: Any,
+    matrix_path: Path,
+    fix_ids: list[str] | None,
+    releases: list[str] | None,
+    out: Path | None,
+    runner: Runner,
+    env: SharedEnvironment,
+    track: Any,
 ) -> tuple[list[Fix], list[str], list[Cell], Path]:
     matrix = load_matrix(matrix_path)
     fixes = matrix.select(fix_ids)
@@ -119,7 +142,7 @@ def run_contains(
     unknown = [r for r in releases if r not in matrix.releases]
     if unknown:
         raise ConfigError(f"{matrix.path}: release(s) {unknown} are not pinned under [releases]")
-    out = (out or repo_root() / "results" / ("contains-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")))
+    out = out or repo_root() / "results" / ("contains-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"))
     out = out.resolve()
     with atomic_folder(out) as work:
         env.ensure()
@@ -129,13 +152,18 @@ def run_contains(
         by = {(o.fix, o.side, o.probe): o for o in observed}
         cells = [
             judge_cell(
-                fix, r, {s.name: by[(fix.id, r, s.name)] for s in fix.probes if (fix.id, r, s.name) in by},
+                fix,
+                r,
+                {s.name: by[(fix.id, r, s.name)] for s in fix.probes if (fix.id, r, s.name) in by},
                 expected_cell(fix, r, order),
             )
-            for fix in fixes for r in releases
+            for fix in fixes
+            for r in releases
         ]
         doc = {
-            "schema": 1, "releases": releases, "fixes": [f.id for f in fixes],
+            "schema": 1,
+            "releases": releases,
+            "fixes": [f.id for f in fixes],
             "cells": [asdict(c) | {"agrees": c.agrees} for c in cells],
             "agrees": all(c.agrees for c in cells),
         }

@@ -58,12 +58,24 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
         for obs in observations:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
         shutil.copyfile(matrix_path, work / "matrix.toml")
-        (work / "run.json").write_text(json.dumps({
-            "schema": 1, "tool": "sglang-difflab", "command": "merge",
-            "inputs": [str(f) for f in folders], "fixes": ids, "started_at": now, "finished_at": now,
-            "sources": sources,
-            "exit_code": 0 if all(v.passed for v in verdicts) else 1,
-        }, indent=2, sort_keys=True) + "\n")
+        (work / "run.json").write_text(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "tool": "sglang-difflab",
+                    "command": "merge",
+                    "inputs": [str(f) for f in folders],
+                    "fixes": ids,
+                    "started_at": now,
+                    "finished_at": now,
+                    "sources": sources,
+                    "exit_code": 0 if all(v.passed for v in verdicts) else 1,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         write_reports(work, verdicts)
         if bundle:
             from difflab.bundle import seal

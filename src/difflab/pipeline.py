@@ -89,7 +89,11 @@ def side_pin(fix: Fix, side: str, source_kind: str, matrix_path: Path | None = N
 
 
 def materialise_sides(
-    fixes: list[Fix], backend: SourceBackend, source_kind: str, say: Say, sides: tuple[str, ...] = SIDES,
+    fixes: list[Fix],
+    backend: SourceBackend,
+    source_kind: str,
+    say: Say,
+    sides: tuple[str, ...] = SIDES,
     matrix_path: Path | None = None,
 ) -> dict[tuple[str, str], MaterialisedSource | str]:
     """Source per (fix, side), or the reason it is unavailable."""
@@ -126,15 +130,28 @@ def build_jobs(
                     continue
                 probe_file = pdir / f"{spec.name}.py"
                 if not probe_file.exists():
-                    known.append(Observation(
-                        fix=fix.id, probe=spec.name, side=side, source=dict(src.identity), status="error",
-                        error=f"probe file {probe_file} does not exist",
-                    ))
+                    known.append(
+                        Observation(
+                            fix=fix.id,
+                            probe=spec.name,
+                            side=side,
+                            source=dict(src.identity),
+                            status="error",
+                            error=f"probe file {probe_file} does not exist",
+                        )
+                    )
                     continue
-                jobs.append(ProbeJob(
-                    fix_id=fix.id, probe=spec.name, side=side, source=src, probe_file=probe_file,
-                    log_path=work / "observations" / fix.id / side / f"{spec.name}.log", timeout_s=timeout_s,
-                ))
+                jobs.append(
+                    ProbeJob(
+                        fix_id=fix.id,
+                        probe=spec.name,
+                        side=side,
+                        source=src,
+                        probe_file=probe_file,
+                        log_path=work / "observations" / fix.id / side / f"{spec.name}.log",
+                        timeout_s=timeout_s,
+                    )
+                )
     return jobs, known
 
 
@@ -184,8 +201,11 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         if req.selfcheck:
             from difflab.selfcheck import run_selfcheck, write_selfcheck
 
-            heads = {fid: src for (fid, side), src in sources.items()
-                     if side == "head" and isinstance(src, MaterialisedSource)}
+            heads = {
+                fid: src
+                for (fid, side), src in sources.items()
+                if side == "head" and isinstance(src, MaterialisedSource)
+            }
             checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
             write_selfcheck(work, checks)
             if not all(c.passed for c in checks):
@@ -217,14 +237,22 @@ def judge_all(
     verdicts = []
     for fix in fixes:
         per_side = {
-            side: {spec.name: by_key[(fix.id, side, spec.name)] for spec in fix.probes
-                   if (fix.id, side, spec.name) in by_key}
+            side: {
+                spec.name: by_key[(fix.id, side, spec.name)]
+                for spec in fix.probes
+                if (fix.id, side, spec.name) in by_key
+            }
             for side in SIDES
         }
-        verdicts.append(judge_fix(
-            fix, per_side["base"], per_side["head"],
-            labels.get((fix.id, "base"), {"label": "missing"}), labels.get((fix.id, "head"), {"label": "missing"}),
-        ))
+        verdicts.append(
+            judge_fix(
+                fix,
+                per_side["base"],
+                per_side["head"],
+                labels.get((fix.id, "base"), {"label": "missing"}),
+                labels.get((fix.id, "head"), {"label": "missing"}),
+            )
+        )
     return verdicts
 
 
@@ -235,9 +263,16 @@ def write_reports(folder: Path, verdicts: list[FixVerdict]) -> None:
 
 
 def _write_run_files(
-    work: Path, req: RunRequest, matrix: Matrix, fixes: list[Fix],
-    sources: dict[tuple[str, str], MaterialisedSource | str], env: SharedEnvironment, runner: Runner,
-    started: dt.datetime, finished: dt.datetime, exit_code: int,
+    work: Path,
+    req: RunRequest,
+    matrix: Matrix,
+    fixes: list[Fix],
+    sources: dict[tuple[str, str], MaterialisedSource | str],
+    env: SharedEnvironment,
+    runner: Runner,
+    started: dt.datetime,
+    finished: dt.datetime,
+    exit_code: int,
 ) -> None:
     shutil.copyfile(matrix.path, work / "matrix.toml")
     by_label = {s.label: s.identity for s in sources.values() if not isinstance(s, str)}
@@ -250,8 +285,10 @@ def _write_run_files(
         "argv": req.argv,
         "started_at": started.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "finished_at": finished.isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "matrix": {"path": os.path.relpath(matrix.path, repo_root()) if matrix.path.is_absolute()
-                   else str(matrix.path), "sha256": matrix.sha256},
+        "matrix": {
+            "path": os.path.relpath(matrix.path, repo_root()) if matrix.path.is_absolute() else str(matrix.path),
+            "sha256": matrix.sha256,
+        },
         "fixes": [f.id for f in fixes],
         "source_kind": req.source_kind,
         "repo": req.repo,

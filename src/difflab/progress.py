@@ -15,8 +15,12 @@ from difflab.observation import Observation
 from difflab.runner.base import ProbeJob, Runner
 
 STYLE = {
-    "confirmed": "green", "unavailable": "yellow", "not-fixed": "red", "not-reproduced": "red",
-    "control-drift": "magenta", "error": "bold red",
+    "confirmed": "green",
+    "unavailable": "yellow",
+    "not-fixed": "red",
+    "not-reproduced": "red",
+    "control-drift": "magenta",
+    "error": "bold red",
 }
 
 
@@ -34,8 +38,13 @@ class Reporter:
         if not jobs:
             return []
         with Progress(
-            TextColumn("[bold]probes[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.description}"), console=self.console, transient=False,
+            TextColumn("[bold]probes[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self.console,
+            transient=False,
         ) as bar:
             task = bar.add_task("", total=len(jobs))
 
@@ -57,8 +66,11 @@ class Reporter:
         for v in verdicts:
             style = STYLE.get(v.verdict, "")
             table.add_row(
-                f"#{v.fix}{f'({v.part})' if v.part else ''}", str(v.base.get("label", "")),
-                str(v.head.get("label", "")), f"[{style}]{v.verdict}[/{style}]", v.reason,
+                f"#{v.fix}{f'({v.part})' if v.part else ''}",
+                str(v.base.get("label", "")),
+                str(v.head.get("label", "")),
+                f"[{style}]{v.verdict}[/{style}]",
+                v.reason,
             )
         self.console.print(table)
         if out is not None:

@@ -85,7 +85,10 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
             raise
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
     return MaterialisedSource(
-        label=f"{source.label}+{mutation.name}", kind="mutated", root=dest, identity=identity,
+        label=f"{source.label}+{mutation.name}",
+        kind="mutated",
+        root=dest,
+        identity=identity,
         digest=f"{source.digest}+mut:{key}",
     )
 
@@ -95,28 +98,41 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
 
     def result(outcome: str, reason: str, probes: dict[str, str]) -> MutationResult:
         return MutationResult(
-            fix=fix.id, mutation=mutation.name, file=mutation.file, head=head_label, outcome=outcome,
-            reason=reason, probes=probes, observations=[o.to_dict() for o in obs.values()],
+            fix=fix.id,
+            mutation=mutation.name,
+            file=mutation.file,
+            head=head_label,
+            outcome=outcome,
+            reason=reason,
+            probes=probes,
+            observations=[o.to_dict() for o in obs.values()],
         )
 
     classes = {spec.name: classify(obs.get(spec.name), spec).value for spec in fix.probes}
     errors = [n for n, c in classes.items() if c == Match.ERROR.value]
     if errors:
-        why = "; ".join(f"{n}: {(obs[n].error or 'no observation').strip().splitlines()[-1]}"
-                        for n in errors if n in obs)
+        why = "; ".join(
+            f"{n}: {(obs[n].error or 'no observation').strip().splitlines()[-1]}" for n in errors if n in obs
+        )
         return result("error", f"no trustworthy observation under the mutation: {why or errors}", classes)
     drift = [f"{spec.name}:{c}" for spec in fix.probes for c in controls_hold(obs.get(spec.name), spec)]
     if drift:
-        return result("error", "the mutation changed control field(s), so it reverts more than the fix: "
-                      + ", ".join(drift), classes)
+        return result(
+            "error",
+            "the mutation changed control field(s), so it reverts more than the fix: " + ", ".join(drift),
+            classes,
+        )
     specs = {s.name: s for s in fix.probes}
     unflipped = [
-        f"{name}:{f}" for name in mutation.targets for f, pair in specs[name].expect.items()
+        f"{name}:{f}"
+        for name in mutation.targets
+        for f, pair in specs[name].expect.items()
         if field_side(obs[name].fields.get(f), pair) != "base"
     ]
     if unflipped:
-        return result("insensitive", "targeted field(s) did not return to the base behaviour: "
-                      + ", ".join(unflipped), classes)
+        return result(
+            "insensitive", "targeted field(s) did not return to the base behaviour: " + ", ".join(unflipped), classes
+        )
     return result("causal", "reverting the fix's lines brings back the base behaviour; controls hold", classes)
 
 
@@ -125,16 +141,24 @@ def selfcheck_jobs(
 ) -> list[ProbeJob]:
     return [
         ProbeJob(
-            fix_id=fix.id, probe=spec.name, side=f"mutated-{mutation.name}", source=mutated,
+            fix_id=fix.id,
+            probe=spec.name,
+            side=f"mutated-{mutation.name}",
+            source=mutated,
             probe_file=probes_dir() / f"{spec.name}.py",
-            log_path=work / "selfcheck" / fix.id / mutation.name / f"{spec.name}.log", timeout_s=timeout_s,
+            log_path=work / "selfcheck" / fix.id / mutation.name / f"{spec.name}.log",
+            timeout_s=timeout_s,
         )
         for spec in fix.probes
     ]
 
 
 def run_selfcheck(
-    fixes: list[Fix], heads: dict[str, MaterialisedSource], runner: Any, work: Path, track: Any,
+    fixes: list[Fix],
+    heads: dict[str, MaterialisedSource],
+    runner: Any,
+    work: Path,
+    track: Any,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[MutationResult]:
     """Apply every mutation of every fix to its head source and judge the probes' reaction."""
@@ -145,19 +169,31 @@ def run_selfcheck(
         if head is None:
             continue  # no head source (unavailable): nothing to revert
         if not fix.mutations:
-            results.append(MutationResult(
-                fix=fix.id, mutation="(none)", file="", head=head.label, outcome="error",
-                reason="no reverting mutation declared for this fix in the matrix",
-            ))
+            results.append(
+                MutationResult(
+                    fix=fix.id,
+                    mutation="(none)",
+                    file="",
+                    head=head.label,
+                    outcome="error",
+                    reason="no reverting mutation declared for this fix in the matrix",
+                )
+            )
             continue
         for mutation in fix.mutations:
             try:
                 pending.append((fix, mutation, mutated_copy(head, mutation)))
             except StaleMutation as exc:
-                results.append(MutationResult(
-                    fix=fix.id, mutation=mutation.name, file=mutation.file, head=head.label,
-                    outcome="mutation-stale", reason=f"fix {fix.id}, {exc}",
-                ))
+                results.append(
+                    MutationResult(
+                        fix=fix.id,
+                        mutation=mutation.name,
+                        file=mutation.file,
+                        head=head.label,
+                        outcome="mutation-stale",
+                        reason=f"fix {fix.id}, {exc}",
+                    )
+                )
     jobs = [j for fix, m, src in pending for j in selfcheck_jobs(fix, m, src, work, timeout_s)]
     observed = track(runner, jobs) if jobs else []
     by = {(o.fix, o.side, o.probe): o for o in observed}
@@ -188,11 +224,17 @@ def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
     xml = JUnitXml()
     xml.add_testsuite(suite)
     xml.write(str(folder / "selfcheck-junit.xml"), pretty=True)
-    lines = ["# Causality self-check", "",
-             "Each mutation reverts only the fix's essential lines in the head source; the targeted probes",
-             "must return to the base behaviour while controls hold.", "",
-             "| fix | mutation | file | head | outcome | reason |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Causality self-check",
+        "",
+        "Each mutation reverts only the fix's essential lines in the head source; the targeted probes",
+        "must return to the base behaviour while controls hold.",
+        "",
+        "| fix | mutation | file | head | outcome | reason |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | "
-                     f"{r.reason.replace('|', '/')} |")
+        lines.append(
+            f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | {r.reason.replace('|', '/')} |"
+        )
     (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")

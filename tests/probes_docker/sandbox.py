@@ -59,8 +59,7 @@ def observe(kit: Any) -> dict[str, Any]:
         "write.rootfs": _write(sys.prefix),
         "write.tmp": _write("/tmp"),
         "write.cwd": _write(os.getcwd()),
-        "limits.cpu_quota_us": _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-        or _read("/sys/fs/cgroup/cpu.max"),
+        "limits.cpu_quota_us": _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or _read("/sys/fs/cgroup/cpu.max"),
         "limits.memory_bytes": _read("/sys/fs/cgroup/memory/memory.limit_in_bytes")
         or _read("/sys/fs/cgroup/memory.max"),
         "python.prefix": sys.prefix,

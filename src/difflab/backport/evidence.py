@@ -108,8 +108,14 @@ def _upstream_commit(fork: Mirror, upstream: str | None, rev: str, ev: Evidence)
 
 
 def gather(
-    fork: Mirror, ref_sha: str, fix: Fix, *, upstream: str | None, matrix_path: Path | None,
-    version: str | None, scan_limit: int = DEFAULT_SCAN_LIMIT,
+    fork: Mirror,
+    ref_sha: str,
+    fix: Fix,
+    *,
+    upstream: str | None,
+    matrix_path: Path | None,
+    version: str | None,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> Evidence:
     """Evidence for ``fix`` in commit ``ref_sha`` of the fork (already in ``fork``)."""
     ev = Evidence(upstream_repo=upstream, version=version, first_release_with_fix=fix.head.release)
@@ -155,14 +161,20 @@ def disagreements(verdict: str, ev: Evidence) -> list[str]:
     """Where git or the version string says one thing and the behaviour another: read these first."""
     out = []
     if ev.version_claims_fix and verdict != "present":
-        out.append(f"the version string {ev.version} claims release {ev.first_release_with_fix} (which carries "
-                   f"the fix), but the behaviour is {verdict}")
+        out.append(
+            f"the version string {ev.version} claims release {ev.first_release_with_fix} (which carries "
+            f"the fix), but the behaviour is {verdict}"
+        )
     if ev.ancestor and verdict != "present":
-        out.append(f"the fix commit {ev.fix_commit} is in the history, but the behaviour is {verdict}: "
-                   "reverted or changed later?")
+        out.append(
+            f"the fix commit {ev.fix_commit} is in the history, but the behaviour is {verdict}: "
+            "reverted or changed later?"
+        )
     elif ev.patch_equivalent and verdict != "present":
         out.append(f"a patch-equivalent commit is in the history, but the behaviour is {verdict}")
     if verdict == "present" and ev.ancestor is False and ev.patch_equivalent is False:
-        out.append("the behaviour is present without the fix commit or a patch-equivalent commit "
-                   "(re-implemented, squashed with other changes, or conflict-resolved)")
+        out.append(
+            "the behaviour is present without the fix commit or a patch-equivalent commit "
+            "(re-implemented, squashed with other changes, or conflict-resolved)"
+        )
     return out

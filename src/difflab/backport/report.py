@@ -46,7 +46,8 @@ def write_backport_junit(path: Path, verdicts: list[BackportVerdict]) -> None:
                 case.result = [Failure(message, f"behaves like {p.like}")]
             case.system_out = "\n".join(
                 f"{c.kind} {c.field}: observed={c.observed!r} declared={c.declared_base!r}->{c.declared_head!r} "
-                f"{c.like}" for c in p.fields
+                f"{c.like}"
+                for c in p.fields
             )
             suite.add_testcase(case)
     xml = JUnitXml()
@@ -64,9 +65,11 @@ def _yes_no(value: bool | None) -> str:
 
 def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str:
     lines = [
-        "# Backport check", "",
+        "# Backport check",
+        "",
         f"Fork `{fork.get('repo')}` at `{fork.get('ref')}` = commit `{fork.get('commit')}` "
-        f"(tree `{fork.get('tree')}`).", "",
+        f"(tree `{fork.get('tree')}`).",
+        "",
         "| fix | title | verdict | reason | fix commit in history | patch-equivalent commit | version claims fix |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -85,11 +88,19 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
         for note in v.evidence.get("notes") or []:
             lines.append(f"- evidence: {_cell(note)}")
         for p in v.probes:
-            lines += ["", f"### `{p.probe}`: like {p.like}", "", _cell(p.reason), "",
-                      "| field | kind | observed | declared base → head | |", "|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"### `{p.probe}`: like {p.like}",
+                "",
+                _cell(p.reason),
+                "",
+                "| field | kind | observed | declared base → head | |",
+                "|---|---|---|---|---|",
+            ]
             for c in p.fields:
-                declared = (f"{c.declared_base!r} → {c.declared_head!r}" if c.kind == "expect"
-                            else f"= {c.declared_base!r}")
+                declared = (
+                    f"{c.declared_base!r} → {c.declared_head!r}" if c.kind == "expect" else f"= {c.declared_base!r}"
+                )
                 lines.append(f"| `{c.field}` | {c.kind} | {_cell(repr(c.observed))} | {_cell(declared)} | {c.like} |")
     return "\n".join(lines) + "\n"
 

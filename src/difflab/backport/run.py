@@ -72,20 +72,37 @@ def _stamp(when: dt.datetime) -> str:
     return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def fork_jobs(fixes: list[Fix], src: MaterialisedSource, work: Path, timeout_s: float
-              ) -> tuple[list[ProbeJob], list[Observation]]:
+def fork_jobs(
+    fixes: list[Fix], src: MaterialisedSource, work: Path, timeout_s: float
+) -> tuple[list[ProbeJob], list[Observation]]:
     """One job per fix x probe on the fork, plus errors for probe files that do not exist."""
     jobs, known = [], []
     for fix in fixes:
         for spec in fix.probes:
             probe_file = probes_dir() / f"{spec.name}.py"
             if not probe_file.exists():
-                known.append(Observation(fix=fix.id, probe=spec.name, side=SIDE, source=dict(src.identity),
-                                         status="error", error=f"probe file {probe_file} does not exist"))
+                known.append(
+                    Observation(
+                        fix=fix.id,
+                        probe=spec.name,
+                        side=SIDE,
+                        source=dict(src.identity),
+                        status="error",
+                        error=f"probe file {probe_file} does not exist",
+                    )
+                )
                 continue
-            jobs.append(ProbeJob(fix_id=fix.id, probe=spec.name, side=SIDE, source=src, probe_file=probe_file,
-                                 log_path=work / "observations" / fix.id / SIDE / f"{spec.name}.log",
-                                 timeout_s=timeout_s))
+            jobs.append(
+                ProbeJob(
+                    fix_id=fix.id,
+                    probe=spec.name,
+                    side=SIDE,
+                    source=src,
+                    probe_file=probe_file,
+                    log_path=work / "observations" / fix.id / SIDE / f"{spec.name}.log",
+                    timeout_s=timeout_s,
+                )
+            )
     return jobs, known
 
 
@@ -121,8 +138,13 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
             verdict = judge_backport(fix, seen)
             version = next((o.sglang_version for o in seen.values() if o.sglang_version), None)
             evidence = gather(
-                source.mirror, fork.identity["commit"], fix, upstream=upstream, matrix_path=matrix.path,
-                version=version, scan_limit=req.scan_limit,
+                source.mirror,
+                fork.identity["commit"],
+                fix,
+                upstream=upstream,
+                matrix_path=matrix.path,
+                version=version,
+                scan_limit=req.scan_limit,
             )
             verdict.evidence = evidence.to_dict()
             verdict.disagreements = disagreements(verdict.verdict, evidence)
@@ -143,8 +165,16 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
 
 
 def _write_run_files(
-    work: Path, req: BackportRequest, matrix_path: Path, matrix_sha256: str, fixes: list[Fix],
-    fork: MaterialisedSource, env: SharedEnvironment, runner: Runner, started: dt.datetime, exit_code: int,
+    work: Path,
+    req: BackportRequest,
+    matrix_path: Path,
+    matrix_sha256: str,
+    fixes: list[Fix],
+    fork: MaterialisedSource,
+    env: SharedEnvironment,
+    runner: Runner,
+    started: dt.datetime,
+    exit_code: int,
 ) -> None:
     shutil.copyfile(matrix_path, work / "matrix.toml")
     run = {
@@ -155,8 +185,10 @@ def _write_run_files(
         "argv": req.argv,
         "started_at": _stamp(started),
         "finished_at": _stamp(dt.datetime.now(dt.UTC)),
-        "matrix": {"path": os.path.relpath(matrix_path, repo_root()) if matrix_path.is_absolute()
-                   else str(matrix_path), "sha256": matrix_sha256},
+        "matrix": {
+            "path": os.path.relpath(matrix_path, repo_root()) if matrix_path.is_absolute() else str(matrix_path),
+            "sha256": matrix_sha256,
+        },
         "fixes": [f.id for f in fixes],
         "sides": [SIDE],
         "source_kind": "git",

@@ -8,9 +8,7 @@ from typing import Any
 
 def dumps(value: Any) -> bytes:
     """Sorted keys, compact separators, UTF-8, no NaN (not JSON, and not comparable)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def dump_file(value: Any) -> bytes:

@@ -24,11 +24,14 @@ def _invocation(argv: Any) -> str:
 
 def _source_line(label: str, identity: Mapping[str, Any]) -> str:
     if identity.get("kind") == "release":
-        return (f"- `{label}`: release {identity.get('version')} — `{identity.get('file')}` "
-                f"sha256 `{identity.get('sha256')}`")
+        return (
+            f"- `{label}`: release {identity.get('version')} — `{identity.get('file')}` "
+            f"sha256 `{identity.get('sha256')}`"
+        )
     if identity.get("kind") == "git":
-        return (f"- `{label}`: git {identity.get('repo')} commit `{identity.get('commit')}` "
-                f"tree `{identity.get('tree')}`")
+        return (
+            f"- `{label}`: git {identity.get('repo')} commit `{identity.get('commit')}` tree `{identity.get('tree')}`"
+        )
     return f"- `{label}`: {dict(identity)}"
 
 
@@ -69,8 +72,7 @@ def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, finger
         "",
         f"- fixes: {', '.join(str(f) for f in run.get('fixes') or []) or '(all in the matrix)'}",
         f"- source kind: {run.get('source_kind')}" + (f" ({run.get('repo')})" if run.get("repo") else ""),
-        f"- runner: {runner.get('name')}"
-        + (f", image `{runner.get('image')}`" if runner.get("image") else ""),
+        f"- runner: {runner.get('name')}" + (f", image `{runner.get('image')}`" if runner.get("image") else ""),
         f"- matrix: `{layout.MATRIX}` (sha256 `{(run.get('matrix') or {}).get('sha256')}`)",
         "",
         "Sources exercised (pins):",
@@ -81,8 +83,7 @@ def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, finger
         "",
         "## Recorded environment",
         "",
-        f"Python {env.get('python_version')}, "
-        f"environment digest `{env.get('digest', run.get('environment_digest'))}`.",
+        f"Python {env.get('python_version')}, environment digest `{env.get('digest', run.get('environment_digest'))}`.",
         "`difflab reproduce` reports any difference from this package list:",
         "",
         "```text",

@@ -75,8 +75,7 @@ def load_private_key(data: bytes, where: str) -> Ed25519PrivateKey:
         else:
             key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise ConfigError(f"{where}: encrypted private keys are not supported; export it unencrypted") \
-            from None
+        raise ConfigError(f"{where}: encrypted private keys are not supported; export it unencrypted") from None
     except ValueError as exc:
         raise ConfigError(f"{where}: not a PEM or OpenSSH private key ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):

@@ -73,8 +73,9 @@ def pack(run_dir: Path, out: Path | None = None, environ: Mapping[str, str] | No
     problems += checksums.compare(listed, checksums.digests(run_dir, files))
     problems += [Problem(rel, "links and special files cannot be packed") for rel in listing.odd]
     if problems:
-        raise VerificationFailed(f"{run_dir} does not match its {layout.CHECKSUMS}; not packing:\n"
-                                 + "\n".join(f"  {p}" for p in problems))
+        raise VerificationFailed(
+            f"{run_dir} does not match its {layout.CHECKSUMS}; not packing:\n" + "\n".join(f"  {p}" for p in problems)
+        )
     data = archive_bytes(run_dir, listing.files, archive_epoch(run_dir, environ))
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
@@ -85,8 +86,10 @@ def pack(run_dir: Path, out: Path | None = None, environ: Mapping[str, str] | No
 def archive_bytes(run_dir: Path, files: list[str], epoch: int) -> bytes:
     """The archive, built in memory; entries are ``<folder name>/<path>``."""
     raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for rel in layout.bytewise(files):
             path = run_dir / rel
             info = tarfile.TarInfo(f"{run_dir.name}/{rel}")

@@ -46,10 +46,19 @@ def pipeline_executor(spec: RerunSpec) -> Path:
     from difflab.pipeline import RunRequest, execute
 
     options = {} if spec.sides is None else {"sides": spec.sides}
-    outcome = execute(RunRequest(
-        matrix=spec.matrix, fixes=spec.fixes, out=spec.out, source_kind=spec.source_kind,
-        repo=spec.repo, runner=spec.runner, bundle=False, use_cache=False, **options,
-    ))
+    outcome = execute(
+        RunRequest(
+            matrix=spec.matrix,
+            fixes=spec.fixes,
+            out=spec.out,
+            source_kind=spec.source_kind,
+            repo=spec.repo,
+            runner=spec.runner,
+            bundle=False,
+            use_cache=False,
+            **options,
+        )
+    )
     return Path(outcome.out_dir)
 
 
@@ -62,8 +71,10 @@ class Difference:
     now: Any
 
     def __str__(self) -> str:
-        return f"{self.where}: recorded {json.dumps(self.recorded, sort_keys=True)}, " \
-               f"now {json.dumps(self.now, sort_keys=True)}"
+        return (
+            f"{self.where}: recorded {json.dumps(self.recorded, sort_keys=True)}, "
+            f"now {json.dumps(self.now, sort_keys=True)}"
+        )
 
 
 @dataclass
@@ -127,8 +138,9 @@ def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any]) -> 
     old_fields, new_fields = old.get("fields") or {}, new.get("fields") or {}
     for name in sorted(set(old_fields) | set(new_fields)):
         if old_fields.get(name, _MISSING) != new_fields.get(name, _MISSING):
-            yield Difference(f"{_where(rel)} field {name}", old_fields.get(name, "(absent)"),
-                             new_fields.get(name, "(absent)"))
+            yield Difference(
+                f"{_where(rel)} field {name}", old_fields.get(name, "(absent)"), new_fields.get(name, "(absent)")
+            )
 
 
 _MISSING = object()
@@ -167,7 +179,11 @@ def _environment_notes(recorded: Path, rerun: Path) -> Iterator[str]:
 
 
 def reproduce(
-    path: Path, trust: TrustPolicy | None, *, out: Path | None = None, executor: Executor | None = None,
+    path: Path,
+    trust: TrustPolicy | None,
+    *,
+    out: Path | None = None,
+    executor: Executor | None = None,
 ) -> ReproduceReport:
     """Verify the bundle (signatures too, unless ``trust`` is None), re-run it, compare.
 
@@ -177,8 +193,9 @@ def reproduce(
     with pack.opened(path) as root:
         problems = verify_folder(root, trust).problems
         if problems:
-            raise VerificationFailed("refusing to reproduce a bundle that does not verify:\n"
-                                     + "\n".join(f"  {p}" for p in problems))
+            raise VerificationFailed(
+                "refusing to reproduce a bundle that does not verify:\n" + "\n".join(f"  {p}" for p in problems)
+            )
         if out is not None:
             if out.exists():
                 raise ConfigError(f"{out}: already exists; choose a new folder for the re-run")

@@ -35,8 +35,10 @@ class SealInfo:
     files: int
 
     def __str__(self) -> str:
-        return (f"{self.files} files, {len(self.attestations)} signed statements, key {self.fingerprint} "
-                f"({self.key_source}: {self.key_location})")
+        return (
+            f"{self.files} files, {len(self.attestations)} signed statements, key {self.fingerprint} "
+            f"({self.key_source}: {self.key_location})"
+        )
 
 
 def _stderr(message: str) -> None:
@@ -56,8 +58,12 @@ def read_json(root: Path, rel: str, *, required: bool = True) -> Any:
 
 
 def seal(
-    run_dir: Path, key: Path | None = None, *, sigstore: bool | None = None,
-    echo: Callable[[str], None] = _stderr, environ: Mapping[str, str] | None = None,
+    run_dir: Path,
+    key: Path | None = None,
+    *,
+    sigstore: bool | None = None,
+    echo: Callable[[str], None] = _stderr,
+    environ: Mapping[str, str] | None = None,
 ) -> SealInfo:
     """Seal ``run_dir`` in place. Key: ``key`` argument > $DIFFLAB_SIGNING_KEY > per-user key.
 
@@ -66,15 +72,21 @@ def seal(
     environ = os.environ if environ is None else environ
     signing = keys.resolve_signing_key(key, environ)
     if signing.generated:
-        echo(f"generated your signing key {signing.location} ({signing.fingerprint}); "
-             f"it is trusted on this machine via {keys.trusted_keys_path()}; publish the fingerprint so "
-             "others can pin it")
+        echo(
+            f"generated your signing key {signing.location} ({signing.fingerprint}); "
+            f"it is trusted on this machine via {keys.trusted_keys_path()}; publish the fingerprint so "
+            "others can pin it"
+        )
     return seal_with(run_dir, signing, sigstore=sigstore, echo=echo, environ=environ)
 
 
 def seal_with(
-    run_dir: Path, signing: keys.SigningKey, *, sigstore: bool | None = None,
-    echo: Callable[[str], None] = _stderr, environ: Mapping[str, str] | None = None,
+    run_dir: Path,
+    signing: keys.SigningKey,
+    *,
+    sigstore: bool | None = None,
+    echo: Callable[[str], None] = _stderr,
+    environ: Mapping[str, str] | None = None,
 ) -> SealInfo:
     """Seal with a resolved key; deterministic for a given folder, key and CI environment."""
     environ = os.environ if environ is None else environ
@@ -105,9 +117,16 @@ def seal_with(
     sums = write_checksums(run_dir)
     count = len(layout.scan(run_dir).files)
     info = SealInfo(
-        run_dir=run_dir, fingerprint=signing.fingerprint, key_source=signing.source,
-        key_location=signing.location, key_generated=signing.generated, public_key=public_key,
-        checksums=sums, attestations=tuple(envelopes), sigstore_bundle=bundle, files=count,
+        run_dir=run_dir,
+        fingerprint=signing.fingerprint,
+        key_source=signing.source,
+        key_location=signing.location,
+        key_generated=signing.generated,
+        public_key=public_key,
+        checksums=sums,
+        attestations=tuple(envelopes),
+        sigstore_bundle=bundle,
+        files=count,
     )
     echo(f"sealed: {info}; public key in {layout.PUBLIC_KEY}")
     return info
@@ -155,12 +174,16 @@ def write_fix_statements(run_dir: Path, run: Mapping[str, Any], signing: keys.Si
                 raise ConfigError(f"{run_dir / rel}: not an observation object")
             log_rel = rel[: -len(".json")] + ".log"
             has_log = (run_dir / log_rel).is_file()
-            records.append(statements.ProbeRecord(
-                probe=str(observation.get("probe") or Path(rel).stem), observation=observation, path=rel,
-                sha256=checksums.sha256_file(run_dir / rel),
-                log_path=log_rel if has_log else None,
-                log_sha256=checksums.sha256_file(run_dir / log_rel) if has_log else None,
-            ))
+            records.append(
+                statements.ProbeRecord(
+                    probe=str(observation.get("probe") or Path(rel).stem),
+                    observation=observation,
+                    path=rel,
+                    sha256=checksums.sha256_file(run_dir / rel),
+                    log_path=log_rel if has_log else None,
+                    log_sha256=checksums.sha256_file(run_dir / log_rel) if has_log else None,
+                )
+            )
         body = statements.probe_results(fix, side, records, verdicts.get(fix), labels)
         out = run_dir / layout.fix_envelope(fix, side)
         try:

@@ -53,7 +53,10 @@ def statement(subjects: Sequence[Mapping[str, Any]], predicate_type: str, predic
     """in-toto Statement v1; subjects sorted by name so their order never depends on the filesystem."""
     ordered = sorted(subjects, key=lambda s: (str(s.get("name")), json.dumps(s, sort_keys=True)))
     return {
-        "_type": STATEMENT_TYPE, "subject": ordered, "predicateType": predicate_type, "predicate": predicate,
+        "_type": STATEMENT_TYPE,
+        "subject": ordered,
+        "predicateType": predicate_type,
+        "predicate": predicate,
     }
 
 
@@ -89,7 +92,11 @@ class ProbeRecord:
 
 
 def probe_results(
-    fix: str, side: str, records: Sequence[ProbeRecord], verdict: str | None, labels: Mapping[str, str],
+    fix: str,
+    side: str,
+    records: Sequence[ProbeRecord],
+    verdict: str | None,
+    labels: Mapping[str, str],
 ) -> dict[str, Any]:
     """Statement about the SGLang source(s) one side of a fix ran on, with what each probe observed.
 
@@ -107,18 +114,19 @@ def probe_results(
                 raise ConfigError(f"{record.path}: {exc}") from None
             if descriptor not in subjects:
                 subjects.append(descriptor)
-        probes.append({
-            "probe": record.probe,
-            "status": obs.get("status"),
-            "fields": obs.get("fields"),
-            "error": obs.get("error"),
-            "sglangVersion": obs.get("sglang_version"),
-            "source": source,
-            "sourceLabel": labels.get(json.dumps(source, sort_keys=True)) if source else None,
-            "observation": file_descriptor(record.path, record.sha256),
-            "log": None if record.log_path is None
-            else file_descriptor(record.log_path, record.log_sha256 or ""),
-        })
+        probes.append(
+            {
+                "probe": record.probe,
+                "status": obs.get("status"),
+                "fields": obs.get("fields"),
+                "error": obs.get("error"),
+                "sglangVersion": obs.get("sglang_version"),
+                "source": source,
+                "sourceLabel": labels.get(json.dumps(source, sort_keys=True)) if source else None,
+                "observation": file_descriptor(record.path, record.sha256),
+                "log": None if record.log_path is None else file_descriptor(record.log_path, record.log_sha256 or ""),
+            }
+        )
     if not subjects:
         subjects = [file_descriptor(r.path, r.sha256) for r in records]
     predicate = {"fix": fix, "side": side, "verdict": verdict, "probes": probes}
@@ -150,17 +158,17 @@ def _ci_details(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
 
 
 def run_provenance(
-    run: Mapping[str, Any], environment: Mapping[str, Any] | None,
-    subjects: Sequence[Mapping[str, Any]], environ: Mapping[str, str],
+    run: Mapping[str, Any],
+    environment: Mapping[str, Any] | None,
+    subjects: Sequence[Mapping[str, Any]],
+    environ: Mapping[str, str],
 ) -> dict[str, Any]:
     """SLSA Provenance v1 for the whole run: what was asked (matrix, fixes, pins), with what, and when."""
     runner = run.get("runner") or {}
     dependencies: list[dict[str, Any]] = []
     matrix = run.get("matrix") or {}
     if matrix.get("sha256"):
-        dependencies.append(
-            {"name": "matrix", "uri": str(matrix.get("path")), "digest": {"sha256": matrix["sha256"]}}
-        )
+        dependencies.append({"name": "matrix", "uri": str(matrix.get("path")), "digest": {"sha256": matrix["sha256"]}})
     for label, identity in sorted((run.get("sources") or {}).items()):
         try:
             descriptor = source_descriptor(identity)

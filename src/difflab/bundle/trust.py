@@ -60,7 +60,9 @@ def read_trusted_keys(path: Path) -> set[str]:
 
 
 def build(
-    key_files: Iterable[Path] = (), fingerprints: Iterable[str] = (), trusted_files: Iterable[Path] = (),
+    key_files: Iterable[Path] = (),
+    fingerprints: Iterable[str] = (),
+    trusted_files: Iterable[Path] = (),
 ) -> TrustPolicy:
     """Trust from explicit options, falling back to the per-user trusted-keys file only when none is given."""
     key_files, fingerprints, trusted_files = list(key_files), list(fingerprints), list(trusted_files)
@@ -89,13 +91,29 @@ def build(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The trust options shared by ``verify`` and ``reproduce``."""
     group = parser.add_argument_group("trust (a key inside the bundle is only used if you pin it)")
-    group.add_argument("--key", type=Path, action="append", default=[], metavar="PUB",
-                       help="trust this Ed25519 public key (PEM or ssh-ed25519); repeatable")
-    group.add_argument("--fingerprint", action="append", default=[], metavar="sha256:HEX",
-                       help="trust the bundle's key with this fingerprint, obtained out of band; repeatable")
-    group.add_argument("--trusted-keys", type=Path, action="append", default=[], metavar="FILE",
-                       help=f"file of trusted fingerprints (default when no option is given: "
-                            f"{keys.trusted_keys_path()})")
+    group.add_argument(
+        "--key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="trust this Ed25519 public key (PEM or ssh-ed25519); repeatable",
+    )
+    group.add_argument(
+        "--fingerprint",
+        action="append",
+        default=[],
+        metavar="sha256:HEX",
+        help="trust the bundle's key with this fingerprint, obtained out of band; repeatable",
+    )
+    group.add_argument(
+        "--trusted-keys",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=f"file of trusted fingerprints (default when no option is given: {keys.trusted_keys_path()})",
+    )
 
 
 def from_args(args: argparse.Namespace) -> TrustPolicy:

@@ -92,8 +92,10 @@ def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
         problems += _check_run_statement(verified[layout.RUN_ENVELOPE], actual)
     problems += _check_fix_statements(root, listing.files, verified, actual)
     if layout.SIGSTORE_BUNDLE in listing.files:
-        report.notes.append(f"{layout.SIGSTORE_BUNDLE}: keyless Sigstore signature present, checked by "
-                            "digest only; see docs/bundle.md to verify its signer identity with sigstore")
+        report.notes.append(
+            f"{layout.SIGSTORE_BUNDLE}: keyless Sigstore signature present, checked by "
+            "digest only; see docs/bundle.md to verify its signer identity with sigstore"
+        )
     report.problems = sorted(set(problems))
     return report
 
@@ -120,14 +122,20 @@ def _carried_keys(root: Path, files: list[str]) -> tuple[dict[str, Ed25519Public
 def _no_trust_problem(carried: Mapping[str, Ed25519PublicKey], trust: TrustPolicy) -> Problem:
     if carried:
         fps = ", ".join(sorted(carried))
-        return Problem(layout.PUBLIC_KEY, f"the bundle carries key {fps}, which you have not trusted (trust: "
-                       f"{trust.describe()}); check the fingerprint with the publisher, then pass "
-                       f"--fingerprint {sorted(carried)[0]}, or pass --key with their public key")
+        return Problem(
+            layout.PUBLIC_KEY,
+            f"the bundle carries key {fps}, which you have not trusted (trust: "
+            f"{trust.describe()}); check the fingerprint with the publisher, then pass "
+            f"--fingerprint {sorted(carried)[0]}, or pass --key with their public key",
+        )
     return Problem(layout.KEYS, f"no trusted key to check signatures with (trust: {trust.describe()})")
 
 
 def _open_envelopes(
-    root: Path, files: list[str], trusted: Mapping[str, Ed25519PublicKey], report: VerifyReport,
+    root: Path,
+    files: list[str],
+    trusted: Mapping[str, Ed25519PublicKey],
+    report: VerifyReport,
 ) -> dict[str, dict[str, Any]]:
     """Verified statements by envelope path; failures become problems naming the envelope."""
     verified: dict[str, dict[str, Any]] = {}
@@ -185,7 +193,10 @@ def _load_object(root: Path, rel: str) -> dict[str, Any] | None:
 
 
 def _check_fix_statements(
-    root: Path, files: list[str], verified: Mapping[str, dict[str, Any]], actual: Mapping[str, str],
+    root: Path,
+    files: list[str],
+    verified: Mapping[str, dict[str, Any]],
+    actual: Mapping[str, str],
 ) -> list[Problem]:
     problems = []
     run = _load_object(root, layout.RUN_JSON) or {}
@@ -206,8 +217,12 @@ def _check_fix_statements(
 
 
 def _check_probe_statement(
-    root: Path, rel_env: str, statement: Mapping[str, Any], obs_files: list[str],
-    actual: Mapping[str, str], sources: list[Any],
+    root: Path,
+    rel_env: str,
+    statement: Mapping[str, Any],
+    obs_files: list[str],
+    actual: Mapping[str, str],
+    sources: list[Any],
 ) -> list[Problem]:
     """Each probe entry matches its observation and log files by digest and content, and the
     statement's subjects match the sources those observations record."""
@@ -227,15 +242,11 @@ def _check_probe_statement(
                 problems += _check_descriptor(rel_env, descriptor, actual)
         observation = _load_object(root, name) if name in actual else None
         if observation is not None:
-            problems += _check_observation(
-                rel_env, name, entry, observation, subject_digests, actual, sources
-            )
+            problems += _check_observation(rel_env, name, entry, observation, subject_digests, actual, sources)
     return problems
 
 
-def _check_descriptor(
-    rel_env: str, descriptor: Mapping[str, Any], actual: Mapping[str, str]
-) -> list[Problem]:
+def _check_descriptor(rel_env: str, descriptor: Mapping[str, Any], actual: Mapping[str, str]) -> list[Problem]:
     target, digest = str(descriptor.get("name")), (descriptor.get("digest") or {}).get("sha256")
     if target not in actual:
         return [Problem(target, f"attested by {rel_env} but missing")]
@@ -245,15 +256,23 @@ def _check_descriptor(
 
 
 def _check_observation(
-    rel_env: str, name: str, entry: Mapping[str, Any], observation: Mapping[str, Any],
-    subject_digests: list[Any], actual: Mapping[str, str], sources: list[Any],
+    rel_env: str,
+    name: str,
+    entry: Mapping[str, Any],
+    observation: Mapping[str, Any],
+    subject_digests: list[Any],
+    actual: Mapping[str, str],
+    sources: list[Any],
 ) -> list[Problem]:
     """The observation's recorded source is a subject (by digest) and its results are what is attested."""
     problems = []
     source = observation.get("source") or None
     attested = {"status": observation.get("status"), "fields": observation.get("fields"), "source": source}
-    problems += [Problem(name, f"{key} differs from what {rel_env} attests")
-                 for key, value in attested.items() if entry.get(key) != value]
+    problems += [
+        Problem(name, f"{key} differs from what {rel_env} attests")
+        for key, value in attested.items()
+        if entry.get(key) != value
+    ]
     if source is None:
         if {"sha256": actual[name]} not in subject_digests:
             problems.append(Problem(rel_env, f"records no source for {name} and does not name it as subject"))
@@ -264,8 +283,13 @@ def _check_observation(
         return [*problems, Problem(name, f"source: {exc}")]
     if expected["digest"] not in subject_digests:
         got = "; ".join(json.dumps(d, sort_keys=True) for d in subject_digests)
-        problems.append(Problem(rel_env, f"subject digest {got} does not match the source recorded in {name} "
-                                         f"({json.dumps(expected['digest'], sort_keys=True)})"))
+        problems.append(
+            Problem(
+                rel_env,
+                f"subject digest {got} does not match the source recorded in {name} "
+                f"({json.dumps(expected['digest'], sort_keys=True)})",
+            )
+        )
     if sources and source not in sources:
         problems.append(Problem(name, f"source is not one of the sources recorded in {layout.RUN_JSON}"))
     return problems

@@ -22,8 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--good", required=True, help="a commit with the old behaviour (e.g. before the fix)")
     parser.add_argument("--bad", required=True, help="a commit with the new behaviour (e.g. with the fix)")
     parser.add_argument("--fix", required=True, metavar="N", help="fix id or PR number whose probes decide")
-    parser.add_argument("--probe", action="append", dest="probes", metavar="NAME",
-                        help="use only this probe of the fix (repeatable; default: all)")
+    parser.add_argument(
+        "--probe",
+        action="append",
+        dest="probes",
+        metavar="NAME",
+        help="use only this probe of the fix (repeatable; default: all)",
+    )
     parser.add_argument("--repo", help=f"git repository URL or path (default: ${REPO_ENV} or SGLang upstream)")
     parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-probe timeout in seconds")
@@ -38,16 +43,18 @@ def main(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(f"· {message}", file=sys.stderr)
 
-    result = run_bisect(fix, matrix.path, source, args.good, args.bad, probe_names=args.probes,
-                        timeout_s=args.timeout, say=say)
+    result = run_bisect(
+        fix, matrix.path, source, args.good, args.bad, probe_names=args.probes, timeout_s=args.timeout, say=say
+    )
     for step in result.steps:
         say(f"step {step['commit'][:12]} like {step['like']}: {step['answer']}  {step['subject']}")
     if args.json:
         print(json.dumps(result.__dict__ | {"output": None}, indent=2, sort_keys=True))
     if result.first:
         if not args.json:
-            print(f"{result.first} is the first commit behaving like {result.bad_like} for fix {fix.id}: "
-                  f"{result.subject}")
+            print(
+                f"{result.first} is the first commit behaving like {result.bad_like} for fix {fix.id}: {result.subject}"
+            )
         return 0
     if not args.json:
         print("bisect could not settle: commits the probes cannot place were skipped; candidates:")

@@ -21,8 +21,13 @@ COLOURS = {"fixed": "green", "bug": "red", "partial": "yellow", "error": "bold r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=default_matrix())
     parser.add_argument("--fix", action="append", dest="fixes", metavar="N")
-    parser.add_argument("--release", action="append", dest="releases", metavar="X.Y.Z",
-                        help="release to check (repeatable; default: every pinned release)")
+    parser.add_argument(
+        "--release",
+        action="append",
+        dest="releases",
+        metavar="X.Y.Z",
+        help="release to check (repeatable; default: every pinned release)",
+    )
     parser.add_argument("--out", type=Path, help="folder for contains.json / contains.md")
     parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
     parser.add_argument("--no-cache", dest="use_cache", action="store_false")

@@ -47,26 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help='TOML file with an [images] table, e.g. "0.5.20" = "lmsysorg/sglang:v0.5.20@sha256:..."',
     )
-    parser.add_argument(
-        "--model", default=DEFAULT_MODEL, help="model served by both sides (default: %(default)s)"
-    )
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model served by both sides (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="run folder (default: results/gpu-<timestamp>)")
     parser.add_argument(
         "--rounds",
         type=int,
         help="throughput A/B rounds per side (0: skip; default 6 on GPUs, 3 with --testserver)",
     )
-    parser.add_argument(
-        "--hf-cache", type=Path, help="host Hugging Face cache to mount read-only (offline hosts)"
-    )
-    parser.add_argument(
-        "--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)"
-    )
+    parser.add_argument("--hf-cache", type=Path, help="host Hugging Face cache to mount read-only (offline hosts)")
+    parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
     parser.add_argument(
         "--testserver",
         action="store_true",
-        help="prove the tier without GPUs: two in-process test servers, pre-fix behaviours on "
-        "(base) and off (head)",
+        help="prove the tier without GPUs: two in-process test servers, pre-fix behaviours on (base) and off (head)",
     )
 
 

@@ -21,15 +21,21 @@ HELP = "build (without a registry), show or verify the Docker image of the share
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["build", "show", "verify"], nargs="?", default="build",
-                        help="build: ensure the image exists (default); show: print it; "
-                             "verify: smoke-test it")
-    parser.add_argument("--docker-host",
-                        help="engine address (default: $DOCKER_HOST, else the default socket)")
-    parser.add_argument("--rebuild", action="store_true",
-                        help="build even if an image for this environment exists")
-    parser.add_argument("--tar", type=Path, metavar="FILE",
-                        help="also keep the root filesystem tarball here (default: streamed, not kept)")
+    parser.add_argument(
+        "action",
+        choices=["build", "show", "verify"],
+        nargs="?",
+        default="build",
+        help="build: ensure the image exists (default); show: print it; verify: smoke-test it",
+    )
+    parser.add_argument("--docker-host", help="engine address (default: $DOCKER_HOST, else the default socket)")
+    parser.add_argument("--rebuild", action="store_true", help="build even if an image for this environment exists")
+    parser.add_argument(
+        "--tar",
+        type=Path,
+        metavar="FILE",
+        help="also keep the root filesystem tarball here (default: streamed, not kept)",
+    )
     parser.add_argument("--image", help="show/verify this image instead of the environment's")
 
 
@@ -52,8 +58,7 @@ def main(args: argparse.Namespace) -> int:
     image = resolve_image(client, args.image) if args.image else find_image(client, env.digest)
     if image is None:
         raise EnvironmentSetupError(
-            f"no image for environment {env.digest[:16]} (expected {tag_for(env.digest)}); "
-            "run `difflab image build`"
+            f"no image for environment {env.digest[:16]} (expected {tag_for(env.digest)}); run `difflab image build`"
         )
     if args.action == "verify":
         result = verify_image(client, image, env if env.ready else None)

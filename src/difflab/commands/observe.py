@@ -19,8 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     req = RunRequest(
-        matrix=args.matrix, fixes=args.fixes, out=args.out, source_kind=args.source_kind, repo=args.repo,
-        runner=args.runner, bundle=False, timeout_s=args.timeout, use_cache=args.use_cache,
-        sides=(args.side,), selfcheck=args.selfcheck,
+        matrix=args.matrix,
+        fixes=args.fixes,
+        out=args.out,
+        source_kind=args.source_kind,
+        repo=args.repo,
+        runner=args.runner,
+        bundle=False,
+        timeout_s=args.timeout,
+        use_cache=args.use_cache,
+        sides=(args.side,),
+        selfcheck=args.selfcheck,
     )
     return execute(req).exit_code

@@ -17,22 +17,14 @@ from difflab.preflight.gates import PreflightReport
 from difflab.preflight.run import run_preflight
 
 NAME = "preflight"
-HELP = (
-    "check a running PD deployment against the four KV-safety gates (pool, deferred release, batch, checksum)"
-)
+HELP = "check a running PD deployment against the four KV-safety gates (pool, deferred release, batch, checksum)"
 ICON = {"pass": "ok  ", "fail": "FAIL", "unknown": "??  ", "not-applicable": "n/a "}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--prefill", required=True, metavar="URL", help="prefill engine, e.g. http://127.0.0.1:30000"
-    )
-    parser.add_argument(
-        "--decode", required=True, metavar="URL", help="decode engine, e.g. http://127.0.0.1:30001"
-    )
-    parser.add_argument(
-        "--router", metavar="URL", help="router: also send one live request (checksum verification)"
-    )
+    parser.add_argument("--prefill", required=True, metavar="URL", help="prefill engine, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--decode", required=True, metavar="URL", help="decode engine, e.g. http://127.0.0.1:30001")
+    parser.add_argument("--router", metavar="URL", help="router: also send one live request (checksum verification)")
     parser.add_argument(
         "--env",
         action="append",
@@ -41,9 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where a role's environment comes from: docker:CONTAINER, pid:N or a KEY=VALUE file "
         "(repeatable; flags SGLang reads only from the environment need it)",
     )
-    parser.add_argument(
-        "--json", type=Path, dest="json_file", metavar="FILE", help="write the JSON report here"
-    )
+    parser.add_argument("--json", type=Path, dest="json_file", metavar="FILE", help="write the JSON report here")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request timeout in seconds")
 
 
@@ -64,9 +54,7 @@ def render(report: PreflightReport) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_preflight(
-        args.prefill, args.decode, args.router, _env_sources(args.env), timeout_s=args.timeout
-    )
+    report = run_preflight(args.prefill, args.decode, args.router, _env_sources(args.env), timeout_s=args.timeout)
     text = json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str)
     if args.json_file:
         args.json_file.write_text(text + "\n")

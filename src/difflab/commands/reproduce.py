@@ -14,10 +14,16 @@ HELP = "Verify a bundle, re-run exactly its pins, and report any verdict or obse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, metavar="PATH", help="sealed run folder or .tar.gz")
-    parser.add_argument("-o", "--out", type=Path, metavar="DIR",
-                        help="keep the re-run in this new folder (default: a temporary folder, removed)")
-    parser.add_argument("--skip-signatures", action="store_true",
-                        help="check files against SHA256SUMS only, not who signed them")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="keep the re-run in this new folder (default: a temporary folder, removed)",
+    )
+    parser.add_argument(
+        "--skip-signatures", action="store_true", help="check files against SHA256SUMS only, not who signed them"
+    )
     trust.add_arguments(parser)
 
 

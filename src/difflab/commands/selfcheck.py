@@ -49,10 +49,21 @@ def main(args: argparse.Namespace) -> int:
         results = run_selfcheck(fixes, heads, runner, work, reporter.track)
         write_selfcheck(work, results)
         shutil.copyfile(matrix.path, work / "matrix.toml")
-        (work / "run.json").write_text(json.dumps(
-            {"schema": 1, "tool": "sglang-difflab", "command": "selfcheck", "fixes": [f.id for f in fixes],
-             "started_at": stamp, "exit_code": 0 if all(r.passed for r in results) else 1},
-            indent=2, sort_keys=True) + "\n")
+        (work / "run.json").write_text(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "tool": "sglang-difflab",
+                    "command": "selfcheck",
+                    "fixes": [f.id for f in fixes],
+                    "started_at": stamp,
+                    "exit_code": 0 if all(r.passed for r in results) else 1,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
     for r in results:
         colour = "green" if r.passed else "red"
         reporter.console.print(f"  {r.fix:>7} {r.mutation:<40} [{colour}]{r.outcome}[/{colour}]  {r.reason}")

@@ -14,8 +14,9 @@ HELP = "Check a run folder or bundle archive offline: checksums, signatures (tru
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", type=Path, metavar="PATH",
-                        help="sealed run folder, or a .tar.gz made by `difflab pack`")
+    parser.add_argument(
+        "path", type=Path, metavar="PATH", help="sealed run folder, or a .tar.gz made by `difflab pack`"
+    )
     trust.add_arguments(parser)
 
 
@@ -26,6 +27,7 @@ def main(args: argparse.Namespace) -> int:
     if not report.ok:
         raise VerificationFailed(report.failure_message())
     signers = ", ".join(sorted(report.signers))
-    print(f"OK {args.path}: {report.files} files match SHA256SUMS; "
-          f"{len(report.envelopes)} statements signed by {signers}")
+    print(
+        f"OK {args.path}: {report.files} files match SHA256SUMS; {len(report.envelopes)} statements signed by {signers}"
+    )
     return 0

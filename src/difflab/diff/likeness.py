@@ -72,11 +72,17 @@ class BackportVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "fix": self.fix, "id": self.id, "part": self.part, "title": self.title,
-            "verdict": self.verdict, "reason": self.reason, "passed": self.passed,
+            "fix": self.fix,
+            "id": self.id,
+            "part": self.part,
+            "title": self.title,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "passed": self.passed,
             "head_like": [p.probe for p in self.probes if p.like == "head"],
             "base_like": [p.probe for p in self.probes if p.like == "base"],
-            "probes": [p.to_dict() for p in self.probes], "evidence": self.evidence,
+            "probes": [p.to_dict() for p in self.probes],
+            "evidence": self.evidence,
             "disagreements": self.disagreements,
         }
 
@@ -99,13 +105,17 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     checks = _field_checks(spec, obs)
     match = classify(obs, spec)
     if match is Match.ERROR:
-        why = "no observation" if obs is None else (
-            (obs.error or "").strip().splitlines()[-1:] or ["an expected field is missing"])[0]
+        why = (
+            "no observation"
+            if obs is None
+            else ((obs.error or "").strip().splitlines()[-1:] or ["an expected field is missing"])[0]
+        )
         return ProbeComparison(spec.name, "error", f"probe error: {why}", checks, obs)
     off = [c.field for c in checks if c.kind == "control" and c.like != "ok"]
     if off:
-        return ProbeComparison(spec.name, "control-drift",
-                               "control field(s) off their declared value: " + ", ".join(off), checks, obs)
+        return ProbeComparison(
+            spec.name, "control-drift", "control field(s) off their declared value: " + ", ".join(off), checks, obs
+        )
     like = match.value
     expect = [c for c in checks if c.kind == "expect"]
     if like == "head":
@@ -115,10 +125,10 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     elif like == "mixed":
         reason = "head-like: {}; base-like: {}".format(
             ", ".join(c.field for c in expect if c.like == "head"),
-            ", ".join(c.field for c in expect if c.like == "base"))
+            ", ".join(c.field for c in expect if c.like == "base"),
+        )
     else:
-        reason = "matches neither side: " + ", ".join(
-            f"{c.field}={c.observed!r}" for c in expect if c.like == "other")
+        reason = "matches neither side: " + ", ".join(f"{c.field}={c.observed!r}" for c in expect if c.like == "other")
     return ProbeComparison(spec.name, like, reason, checks, obs)
 
 

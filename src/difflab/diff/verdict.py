@@ -74,10 +74,16 @@ class FixVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "fix": self.fix, "id": self.id, "part": self.part, "title": self.title,
-            "verdict": self.verdict, "reason": self.reason, "passed": self.passed,
+            "fix": self.fix,
+            "id": self.id,
+            "part": self.part,
+            "title": self.title,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "passed": self.passed,
             "expected_unavailable": self.expected_unavailable,
-            "base": self.base, "head": self.head,
+            "base": self.base,
+            "head": self.head,
             "probes": [p.to_dict() for p in self.probes],
         }
 
@@ -139,9 +145,16 @@ def judge_fix(
 
     def verdict(v: str, reason: str, probes: list[ProbeDiff]) -> FixVerdict:
         return FixVerdict(
-            fix=fix.pr, id=fix.id, part=fix.part, title=fix.title, verdict=v, reason=reason,
+            fix=fix.pr,
+            id=fix.id,
+            part=fix.part,
+            title=fix.title,
+            verdict=v,
+            reason=reason,
             expected_unavailable=bool(fix.head.unavailable or fix.base.unavailable),
-            base=base_label, head=head_label, probes=probes,
+            base=base_label,
+            head=head_label,
+            probes=probes,
         )
 
     if not fix.probes:

@@ -122,12 +122,15 @@ class SharedEnvironment:
     def describe(self) -> dict[str, Any]:
         """What results record: Python version, package list, digest."""
         freeze_file = self.path / "difflab-freeze.txt"
-        packages = sorted(
-            line.strip() for line in freeze_file.read_text().splitlines() if line.strip()
-        ) if freeze_file.exists() else []
+        packages = (
+            sorted(line.strip() for line in freeze_file.read_text().splitlines() if line.strip())
+            if freeze_file.exists()
+            else []
+        )
         version = subprocess.run(
             [str(self.python), "-c", "import platform;print(platform.python_version())"],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return {
             "kind": "shared-cpu-venv",

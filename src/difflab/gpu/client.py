@@ -114,9 +114,7 @@ class EngineClient:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
-            return Reply(
-                resp.status, _decode(raw, resp.getheader("Content-Type", "")), time.monotonic() - start
-            )
+            return Reply(resp.status, _decode(raw, resp.getheader("Content-Type", "")), time.monotonic() - start)
         except TimeoutError:
             return Reply(0, None, time.monotonic() - start, "timeout")
         except (OSError, http.client.HTTPException) as exc:
@@ -202,17 +200,13 @@ class EngineClient:
             conn.close()
         return out
 
-    def abort_request(
-        self, rid: str | None = None, *, abort_all: bool = False, timeout: float = 10.0
-    ) -> Reply:
+    def abort_request(self, rid: str | None = None, *, abort_all: bool = False, timeout: float = 10.0) -> Reply:
         payload: dict[str, Any] = {"abort_all": abort_all}
         if rid is not None:
             payload["rid"] = rid
         return self.post("/abort_request", payload, timeout)
 
-    def _first_answering(
-        self, paths: tuple[str, ...], what: str, timeout: float
-    ) -> tuple[str, dict[str, Any]]:
+    def _first_answering(self, paths: tuple[str, ...], what: str, timeout: float) -> tuple[str, dict[str, Any]]:
         tried = []
         for path in paths:
             reply = self.get(path, timeout=timeout)
@@ -225,9 +219,7 @@ class EngineClient:
 
     def model_info(self, timeout: float = 10.0) -> dict[str, Any]:
         """``/model_info``, or ``/get_model_info`` on engines that predate the rename."""
-        self.model_info_path, body = self._first_answering(
-            ("/model_info", "/get_model_info"), "model info", timeout
-        )
+        self.model_info_path, body = self._first_answering(("/model_info", "/get_model_info"), "model info", timeout)
         return body
 
     def server_info(self, timeout: float = 10.0) -> dict[str, Any]:

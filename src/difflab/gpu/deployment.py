@@ -45,9 +45,7 @@ class Ports:
     bootstrap: int = 8998
 
     def shifted(self, offset: int) -> Ports:
-        return Ports(
-            self.prefill + offset, self.decode + offset, self.router + offset, self.bootstrap + offset
-        )
+        return Ports(self.prefill + offset, self.decode + offset, self.router + offset, self.bootstrap + offset)
 
 
 @dataclass(frozen=True)
@@ -290,9 +288,7 @@ class DockerDeployment:
                 if container is not None:
                     container.reload()
                     if container.status in ("exited", "dead"):
-                        raise DeploymentError(
-                            f"{role} container exited ({container.attrs['State'].get('ExitCode')})"
-                        )
+                        raise DeploymentError(f"{role} container exited ({container.attrs['State'].get('ExitCode')})")
             if pending and time.monotonic() > deadline:
                 raise DeploymentError(f"not healthy after {timeout_s:.0f}s: {', '.join(pending)}")
             if pending:
@@ -330,9 +326,7 @@ class DockerDeployment:
             volumes={
                 str(out_dir.resolve()): {"bind": "/bench", "mode": "rw"},
                 **(
-                    {str(self.cfg.hf_cache): {"bind": HF_CACHE_IN_CONTAINER, "mode": "ro"}}
-                    if self.cfg.hf_cache
-                    else {}
+                    {str(self.cfg.hf_cache): {"bind": HF_CACHE_IN_CONTAINER, "mode": "ro"}} if self.cfg.hf_cache else {}
                 ),
             },
             environment={"HF_HUB_OFFLINE": "1"} if self.cfg.hf_cache else {},

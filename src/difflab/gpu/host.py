@@ -77,9 +77,7 @@ def check_host(
             )
     except Exception as exc:  # any failure to reach the engine means the same thing here
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        check.missing.append(
-            f"no Docker engine reachable at {where} ({type(exc).__name__}: {str(exc)[:160]})"
-        )
+        check.missing.append(f"no Docker engine reachable at {where} ({type(exc).__name__}: {str(exc)[:160]})")
     smi = which("nvidia-smi")
     if smi is None:
         check.missing.append("nvidia-smi not found on PATH (no NVIDIA driver on this host)")

@@ -22,9 +22,7 @@ def throughput_section(fix_label: str, ab: ABResult) -> list[str]:
     ]
     for metric, c in ab.comparisons.items():
         result = (
-            "no significant difference"
-            if not c.significant
-            else ("**regression**" if c.regression else "improvement")
+            "no significant difference" if not c.significant else ("**regression**" if c.regression else "improvement")
         )
         lines.append(
             f"| `{metric}` | {c.base_mean:.4g} | {c.head_mean:.4g} | {c.rel_diff:+.2%} | "
@@ -48,7 +46,5 @@ def preflight_section(reports: dict[str, PreflightReport]) -> list[str]:
     ]
     for label, report in reports.items():
         for g in report.gates:
-            lines.append(
-                f"| {_cell(label)} | {g.gate} | {ICON.get(g.status, '')} {g.status} | {_cell(g.reason)} |"
-            )
+            lines.append(f"| {_cell(label)} | {g.gate} | {ICON.get(g.status, '')} {g.status} | {_cell(g.reason)} |")
     return lines

@@ -62,9 +62,7 @@ class Comparison:
     def describe(self) -> str:
         ci = f"{self.confidence:.0%} CI [{self.ci_low:+.2%}, {self.ci_high:+.2%}]"
         if not self.significant:
-            return (
-                f"no significant difference ({self.rel_diff:+.2%}, {ci}, Mann-Whitney p={self.p_value:.3g})"
-            )
+            return f"no significant difference ({self.rel_diff:+.2%}, {ci}, Mann-Whitney p={self.p_value:.3g})"
         word = "worse" if self.regression else "better"
         return f"head {self.rel_diff:+.2%} ({word}; {ci}, Mann-Whitney p={self.p_value:.3g})"
 

@@ -234,9 +234,7 @@ def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
                 if report is not None:
                     reports[target.label()["label"]] = report
                     (work / "preflight").mkdir(exist_ok=True)
-                    (work / "preflight" / f"{key}.json").write_text(
-                        json.dumps(report.to_dict(), indent=2) + "\n"
-                    )
+                    (work / "preflight" / f"{key}.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
                 (work / "deployment").mkdir(exist_ok=True)
                 (work / "deployment" / f"{key}.json").write_text(
                     json.dumps(target.describe(), indent=2, default=str) + "\n"
@@ -270,18 +268,14 @@ def _judge(
     for fix in fixes:
         sides = targets[fix.id]
         labels = {
-            s: sides[s].label()
-            if s in sides
-            else {"label": "unavailable", "reason": getattr(fix, s).unavailable}
+            s: sides[s].label() if s in sides else {"label": "unavailable", "reason": getattr(fix, s).unavailable}
             for s in SIDES
         }
         obs: dict[str, dict[str, Observation]] = {s: {} for s in SIDES}
         for side in SIDES:
             for spec in fix.probes:
                 if side not in sides:
-                    o = Observation.unavailable(
-                        fix.id, spec.name, side, labels[side].get("reason") or "no source"
-                    )
+                    o = Observation.unavailable(fix.id, spec.name, side, labels[side].get("reason") or "no source")
                 else:
                     o = _observation(fix, side, spec.name, sides[side], runs[sides[side].key].get(spec.name))
                 o.write(work / "observations" / fix.id / side / f"{spec.name}.json")
@@ -305,9 +299,7 @@ def _judge(
                     runner=sides[side].runner,
                 )
                 tobs[side].write(work / "observations" / fix.id / side / f"{THROUGHPUT}.json")
-            verdicts.append(
-                judge_throughput(fix, ab, tobs["base"], tobs["head"], labels["base"], labels["head"])
-            )
+            verdicts.append(judge_throughput(fix, ab, tobs["base"], tobs["head"], labels["base"], labels["head"]))
     return verdicts, abs_
 
 
@@ -345,9 +337,7 @@ def _write(
     (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     write_diff_json(work / "diff.json", verdicts, {"tier": "gpu", "mode": run["mode"]})
     write_junit(work / "junit.xml", verdicts, suite_name="difflab-gpu")
-    title = "SGLang GPU/RDMA tier" + (
-        " (test server: pre-fix switches on base, off on head)" if req.testserver else ""
-    )
+    title = "SGLang GPU/RDMA tier" + (" (test server: pre-fix switches on base, off on head)" if req.testserver else "")
     write_summary(work / "summary.md", verdicts, title)
     extra: list[str] = []
     by_id = {f.id: f for f in fixes}

@@ -20,7 +20,17 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _GIT_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 _PROBE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIX_KEYS = {
-    "id", "pr", "part", "title", "note", "base", "head", "commits", "upstream_tests", "probes", "mutations",
+    "id",
+    "pr",
+    "part",
+    "title",
+    "note",
+    "base",
+    "head",
+    "commits",
+    "upstream_tests",
+    "probes",
+    "mutations",
 }
 
 
@@ -179,8 +189,17 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
     mutations = tuple(_mutation(w, f"{where}.mutations[{i}]", m, set(names)) for i, m in enumerate(muts_raw))
     assert title is not None
     return Fix(
-        id=str(fix_id), pr=pr, title=title, part=part, note=note, base=base, head=head,
-        commits=commits, upstream_tests=tuple(tests), probes=probes, mutations=mutations,
+        id=str(fix_id),
+        pr=pr,
+        title=title,
+        part=part,
+        note=note,
+        base=base,
+        head=head,
+        commits=commits,
+        upstream_tests=tuple(tests),
+        probes=probes,
+        mutations=mutations,
     )
 
 
@@ -201,9 +220,7 @@ def load_matrix(path: Path | str) -> Matrix:
     unknown = set(raw) - {"schema", "releases", "fixes"}
     if unknown:
         raise w.fail("top level", f"unknown field(s) {sorted(unknown)}")
-    releases = {
-        v: _release(w, v, r) for v, r in _table(w, "releases", raw.get("releases", {})).items()
-    }
+    releases = {v: _release(w, v, r) for v, r in _table(w, "releases", raw.get("releases", {})).items()}
     fixes_raw = raw.get("fixes")
     if not isinstance(fixes_raw, list) or not fixes_raw:
         raise w.fail("fixes", "expected at least one [[fixes]] entry")

@@ -59,6 +59,4 @@ def read_env(source: str) -> dict[str, str]:
     try:
         return parse_lines(path.read_text())
     except OSError as exc:
-        raise ConfigError(
-            f"{source}: not docker:NAME, pid:N or a readable KEY=VALUE file ({exc.strerror})"
-        ) from None
+        raise ConfigError(f"{source}: not docker:NAME, pid:N or a readable KEY=VALUE file ({exc.strerror})") from None

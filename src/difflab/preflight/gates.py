@@ -138,9 +138,7 @@ def gate_deferred_release(facts: dict[str, EngineFacts]) -> GateResult:
             evidence,
         )
     if unknown:
-        return GateResult(
-            "deferred-release", title, "unknown", "cannot tell for " + "; ".join(unknown), evidence
-        )
+        return GateResult("deferred-release", title, "unknown", "cannot tell for " + "; ".join(unknown), evidence)
     return GateResult("deferred-release", title, "pass", "on for both roles", evidence)
 
 
@@ -207,9 +205,7 @@ def checksum_level(f: EngineFacts) -> Fact | None:
     return None
 
 
-def gate_kv_checksum(
-    facts: dict[str, EngineFacts], probe: Callable[[], tuple[bool, str]] | None
-) -> GateResult:
+def gate_kv_checksum(facts: dict[str, EngineFacts], probe: Callable[[], tuple[bool, str]] | None) -> GateResult:
     title = "KV checksum enabled where supported and verifying"
     evidence: list[Evidence] = []
     for role in ROLES:
@@ -221,8 +217,7 @@ def gate_kv_checksum(
                     "kv-checksum",
                     title,
                     "not-applicable",
-                    f"{role} runs context parallelism ({key}={fact.value}): the checksum is not "
-                    "supported there",
+                    f"{role} runs context parallelism ({key}={fact.value}): the checksum is not supported there",
                     evidence,
                 )
     levels: dict[str, int] = {}
@@ -268,8 +263,7 @@ def gate_kv_checksum(
             "kv-checksum",
             title,
             "pass",
-            "on for both roles with the same settings (decode "
-            "compares; no --router given for a live request)",
+            "on for both roles with the same settings (decode compares; no --router given for a live request)",
             evidence,
         )
     ok, detail = probe()
@@ -282,8 +276,7 @@ def gate_kv_checksum(
         "kv-checksum",
         title,
         "pass",
-        "on for both roles with the same settings; a live request "
-        "through the router was verified without a mismatch",
+        "on for both roles with the same settings; a live request through the router was verified without a mismatch",
         evidence,
     )
 
@@ -293,16 +286,12 @@ def router_probe(router: EngineClient, timeout_s: float = 60.0) -> Callable[[], 
 
     def probe() -> tuple[bool, str]:
         reply = router.generate("KV checksum preflight probe.", max_new_tokens=4, timeout=timeout_s)
-        return reply.ok, f"HTTP {reply.status or reply.error}" + (
-            "" if reply.ok else f": {reply.excerpt(160)}"
-        )
+        return reply.ok, f"HTTP {reply.status or reply.error}" + ("" if reply.ok else f": {reply.excerpt(160)}")
 
     return probe
 
 
-def evaluate(
-    facts: dict[str, EngineFacts], probe: Callable[[], tuple[bool, str]] | None = None
-) -> PreflightReport:
+def evaluate(facts: dict[str, EngineFacts], probe: Callable[[], tuple[bool, str]] | None = None) -> PreflightReport:
     """All four gates from already-scraped engine facts."""
     gates = [
         gate_kv_pool(facts),

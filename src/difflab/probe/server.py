@@ -81,7 +81,7 @@ def thread_count() -> int:
 def write_line(fd: int, message: dict[str, Any]) -> None:
     data = (json.dumps(message, sort_keys=True) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 class Lines:
@@ -275,15 +275,25 @@ class SourceServer:
             sys.dont_write_bytecode = False
         before = set(sys.modules)
         done, failed = preload(self.modules)
-        imported = [name for name, module in list(sys.modules.items())
-                    if name not in before and not self.own(name, module)]
+        imported = [
+            name for name, module in list(sys.modules.items()) if name not in before and not self.own(name, module)
+        ]
         watch = ChildWatch()
         threads = thread_count()
-        write_line(self.outbox, {
-            "event": "ready", "server": self.name, "pid": os.getpid(), "preloaded": done, "failed": failed,
-            "threads": threads, "import_s": round(time.perf_counter() - started, 3),
-            "import_cpu_s": round(time.process_time() - cpu, 3), "imported": imported,
-        })
+        write_line(
+            self.outbox,
+            {
+                "event": "ready",
+                "server": self.name,
+                "pid": os.getpid(),
+                "preloaded": done,
+                "failed": failed,
+                "threads": threads,
+                "import_s": round(time.perf_counter() - started, 3),
+                "import_cpu_s": round(time.process_time() - cpu, 3),
+                "imported": imported,
+            },
+        )
         inbox = Lines(self.inbox)
         while True:
             deadlines = [r.deadline for r in self.running.values() if not r.timed_out]
@@ -324,8 +334,16 @@ class SourceServer:
     def start(self, req: dict[str, Any], watch: ChildWatch) -> None:
         threads = thread_count()
         if threads > 1:
-            write_line(self.outbox, {"event": "done", "server": self.name, "job": req["job"], "pid": None,
-                                     "unsafe": f"server has {threads} threads; forking it is not safe"})
+            write_line(
+                self.outbox,
+                {
+                    "event": "done",
+                    "server": self.name,
+                    "job": req["job"],
+                    "pid": None,
+                    "unsafe": f"server has {threads} threads; forking it is not safe",
+                },
+            )
             return
         pid = fork_child()
         if pid == 0:
@@ -341,11 +359,19 @@ class SourceServer:
         if run is None:
             return
         code = os.waitstatus_to_exitcode(status)
-        write_line(self.outbox, {
-            "event": "done", "server": self.name, "job": run.job, "pid": pid, "exit": code if code >= 0 else None,
-            "signal": -code if code < 0 else None, "timed_out": run.timed_out,
-            "wall_s": round(time.monotonic() - run.started, 4),
-        })
+        write_line(
+            self.outbox,
+            {
+                "event": "done",
+                "server": self.name,
+                "job": run.job,
+                "pid": pid,
+                "exit": code if code >= 0 else None,
+                "signal": -code if code < 0 else None,
+                "timed_out": run.timed_out,
+                "wall_s": round(time.monotonic() - run.started, 4),
+            },
+        )
 
 
 # -- hub ---------------------------------------------------------------------------
@@ -409,8 +435,15 @@ class Hub:
         handle = self.servers.get(name)
         if handle is None:
             if op == "run":
-                write_line(self.out, {"event": "done", "server": name, "job": msg.get("job"),
-                                      "unsafe": f"no server {name!r} (failed or closed)"})
+                write_line(
+                    self.out,
+                    {
+                        "event": "done",
+                        "server": name,
+                        "job": msg.get("job"),
+                        "unsafe": f"no server {name!r} (failed or closed)",
+                    },
+                )
             return
         if op == "close":
             handle.closing = True
@@ -420,8 +453,16 @@ class Hub:
     def open(self, name: str, msg: dict[str, Any], watch: ChildWatch) -> None:
         threads = thread_count()
         if threads > 1:
-            write_line(self.out, {"event": "server-failed", "server": name, "unsafe": True, "log": "",
-                                  "reason": f"hub has {threads} threads; forking it is not safe"})
+            write_line(
+                self.out,
+                {
+                    "event": "server-failed",
+                    "server": name,
+                    "unsafe": True,
+                    "log": "",
+                    "reason": f"hub has {threads} threads; forking it is not safe",
+                },
+            )
             return
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
@@ -437,8 +478,13 @@ class Hub:
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 SourceServer(
-                    name=name, root=msg["root"], modules=list(msg.get("preload", SERVER_PRELOAD)),
-                    log=msg["log"], inbox=to_r, outbox=from_w, pycache=self.pycache,
+                    name=name,
+                    root=msg["root"],
+                    modules=list(msg.get("preload", SERVER_PRELOAD)),
+                    log=msg["log"],
+                    inbox=to_r,
+                    outbox=from_w,
+                    pycache=self.pycache,
                 ).serve()
             except BaseException:  # noqa: B036
                 traceback.print_exc()
@@ -513,9 +559,18 @@ def main(argv: list[str]) -> int:
             modules += Path(args.preload_file).read_text().split()
     done, failed = preload(list(dict.fromkeys(modules)))
     threads = thread_count()
-    write_line(out, {"event": "hub-ready", "pid": os.getpid(), "preloaded": len(done), "failed": failed,
-                     "threads": threads, "import_s": round(time.perf_counter() - started, 3),
-                     "import_cpu_s": round(time.process_time(), 3)})
+    write_line(
+        out,
+        {
+            "event": "hub-ready",
+            "pid": os.getpid(),
+            "preloaded": len(done),
+            "failed": failed,
+            "threads": threads,
+            "import_s": round(time.perf_counter() - started, 3),
+            "import_cpu_s": round(time.process_time(), 3),
+        },
+    )
     if threads > 1:
         print(f"hub has {threads} threads after its imports; servers would fork unsafely", file=sys.stderr)
     Hub(out=out, pycache=args.pycache or None).serve()

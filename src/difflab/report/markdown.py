@@ -7,8 +7,12 @@ from pathlib import Path
 from difflab.diff.verdict import FixVerdict
 
 ICON = {
-    "confirmed": "✅", "unavailable": "⏸️", "not-fixed": "❌", "not-reproduced": "❓",
-    "control-drift": "⚠️", "error": "💥",
+    "confirmed": "✅",
+    "unavailable": "⏸️",
+    "not-fixed": "❌",
+    "not-reproduced": "❓",
+    "control-drift": "⚠️",
+    "error": "💥",
 }
 
 
@@ -29,8 +33,12 @@ def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verifica
         lines += ["", f"## #{v.fix}{f' ({v.part})' if v.part else ''}: {v.title}", ""]
         for p in v.probes:
             lines += [
-                f"### `{p.probe}`: {p.verdict}", "", _cell(p.reason), "",
-                "| field | kind | base | head | declared base → head | |", "|---|---|---|---|---|---|",
+                f"### `{p.probe}`: {p.verdict}",
+                "",
+                _cell(p.reason),
+                "",
+                "| field | kind | base | head | declared base → head | |",
+                "|---|---|---|---|---|---|",
             ]
             for f in p.fields:
                 if f.kind == "expect":

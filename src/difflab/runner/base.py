@@ -66,8 +66,14 @@ def observation_from_raw(job: ProbeJob, raw: dict[str, Any], runner: str) -> Obs
 def error_observation(job: ProbeJob, runner: str, message: str, duration_s: float = 0.0) -> Observation:
     """A crash, hang or unreadable result: recorded, never raised."""
     return Observation(
-        fix=job.fix_id, probe=job.probe, side=job.side, source=dict(job.source.identity),
-        status="error", error=message, duration_s=duration_s, runner=runner,
+        fix=job.fix_id,
+        probe=job.probe,
+        side=job.side,
+        source=dict(job.source.identity),
+        status="error",
+        error=message,
+        duration_s=duration_s,
+        runner=runner,
     )
 
 

@@ -141,7 +141,12 @@ class CachingRunner:
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
             job.log_path.write_text(entry["log"])
         return dataclasses.replace(
-            obs, fix=job.fix_id, probe=job.probe, side=job.side, source=dict(job.source.identity), cached=True,
+            obs,
+            fix=job.fix_id,
+            probe=job.probe,
+            side=job.side,
+            source=dict(job.source.identity),
+            cached=True,
         )
 
     def store(self, key: str, parts: dict[str, Any], obs: Observation, job: ProbeJob) -> None:

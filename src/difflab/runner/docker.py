@@ -58,8 +58,11 @@ def connect(docker_host: str | None = None, timeout: int = API_TIMEOUT_S) -> Any
     except ImportError as exc:  # a dependency of the lab, so only a broken install gets here
         raise EnvironmentSetupError(f"the docker backend needs the 'docker' package: {exc}") from None
     where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (default)"
-    how = "docker_host option" if docker_host else ("$DOCKER_HOST" if os.environ.get("DOCKER_HOST") else
-                                                    "docker.from_env(), DOCKER_HOST unset")
+    how = (
+        "docker_host option"
+        if docker_host
+        else ("$DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "docker.from_env(), DOCKER_HOST unset")
+    )
     try:
         if docker_host:
             client = docker.DockerClient(base_url=docker_host, timeout=timeout)
@@ -112,9 +115,11 @@ class DockerRunner:
             if self._image is None:
                 self._image = self._resolve()
                 if self.client.info().get("Driver") == "vfs":
-                    self.say("this Docker engine stores images with 'vfs': every probe container copies the "
-                             f"{self._image.size / 1e9:.1f} GB image first (~1 min per probe measured); "
-                             "an engine with --storage-driver=overlay2 starts one in <1 s (docs/docker.md)")
+                    self.say(
+                        "this Docker engine stores images with 'vfs': every probe container copies the "
+                        f"{self._image.size / 1e9:.1f} GB image first (~1 min per probe measured); "
+                        "an engine with --storage-driver=overlay2 starts one in <1 s (docs/docker.md)"
+                    )
             return self._image
 
     def _resolve(self) -> DifflabImage:
@@ -140,8 +145,12 @@ class DockerRunner:
             "name": self.name,
             **image.describe(),
             "environment": self.environment.digest,
-            "engine": {"version": version.get("Version"), "api_version": version.get("ApiVersion"),
-                       "storage_driver": info.get("Driver"), "os": info.get("OperatingSystem")},
+            "engine": {
+                "version": version.get("Version"),
+                "api_version": version.get("ApiVersion"),
+                "storage_driver": info.get("Driver"),
+                "os": info.get("OperatingSystem"),
+            },
             "network": "none",
             "limits": {"nano_cpus": self.nano_cpus, "mem_limit": self.mem_limit},
             "workers": self.workers,
@@ -165,16 +174,20 @@ class DockerRunner:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(one, jobs))
 
-    def container_config(self, job: ProbeJob, image: DifflabImage, child_root: Path, out_dir: Path
-                         ) -> dict[str, Any]:
+    def container_config(self, job: ProbeJob, image: DifflabImage, child_root: Path, out_dir: Path) -> dict[str, Any]:
         """Arguments for ``containers.create``: what isolates one probe (kept in one place for tests)."""
         from docker.types import Mount
 
         probe_dir = job.probe_file.resolve().parent
         return {
             "image": image.id,
-            "command": [image.python, "-m", "difflab.probe.child", f"{PROBES}/{job.probe_file.name}",
-                        f"{OUT}/result.json"],
+            "command": [
+                image.python,
+                "-m",
+                "difflab.probe.child",
+                f"{PROBES}/{job.probe_file.name}",
+                f"{OUT}/result.json",
+            ],
             "environment": {
                 "PYTHONPATH": f"{SOURCE}:{CHILD}",
                 "PYTHONDONTWRITEBYTECODE": "1",
@@ -201,8 +214,12 @@ class DockerRunner:
             "mem_limit": self.mem_limit,
             "memswap_limit": self.mem_limit,
             "pids_limit": 512,
-            "labels": {"org.difflab.role": "probe", "org.difflab.fix": job.fix_id,
-                       "org.difflab.side": job.side, "org.difflab.probe": job.probe},
+            "labels": {
+                "org.difflab.role": "probe",
+                "org.difflab.fix": job.fix_id,
+                "org.difflab.side": job.side,
+                "org.difflab.probe": job.probe,
+            },
             "detach": True,
         }
 
@@ -231,15 +248,13 @@ class DockerRunner:
                         why = f"lost the Docker engine while the probe ran: {exc}"
                     else:
                         why = f"probe hung: container killed after {job.timeout_s:.0f} s"
-                    return error_observation(job, self.name, f"{why}\n{tail(log)}",
-                                             time.perf_counter() - started)
+                    return error_observation(job, self.name, f"{why}\n{tail(log)}", time.perf_counter() - started)
                 log = _logs(container)
                 code = int(status.get("StatusCode", -1))
                 container.reload()
                 oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-                return error_observation(job, self.name, f"docker engine error: {exc}",
-                                         time.perf_counter() - started)
+                return error_observation(job, self.name, f"docker engine error: {exc}", time.perf_counter() - started)
             finally:
                 if container is not None:
                     with contextlib.suppress(Exception):

@@ -88,10 +88,41 @@ DLOPENED = ("libgcc_s.so.1",)
 """Loaded by glibc at run time (thread cancellation, unwinding), so ``ldd`` does not list it."""
 
 SMOKE_MODULES = (
-    "ssl", "sqlite3", "ctypes", "lzma", "bz2", "zlib", "hashlib", "decimal", "uuid", "multiprocessing",
-    "numpy", "torch", "zmq", "PIL.Image", "tokenizers", "sentencepiece", "pydantic", "orjson", "msgspec",
-    "psutil", "setproctitle", "pybase64", "aiohttp", "uvicorn", "fastapi", "yaml", "regex", "safetensors",
-    "xgrammar", "tvm_ffi", "transformers", "openai", "einops", "gguf", "compressed_tensors",
+    "ssl",
+    "sqlite3",
+    "ctypes",
+    "lzma",
+    "bz2",
+    "zlib",
+    "hashlib",
+    "decimal",
+    "uuid",
+    "multiprocessing",
+    "numpy",
+    "torch",
+    "zmq",
+    "PIL.Image",
+    "tokenizers",
+    "sentencepiece",
+    "pydantic",
+    "orjson",
+    "msgspec",
+    "psutil",
+    "setproctitle",
+    "pybase64",
+    "aiohttp",
+    "uvicorn",
+    "fastapi",
+    "yaml",
+    "regex",
+    "safetensors",
+    "xgrammar",
+    "tvm_ffi",
+    "transformers",
+    "openai",
+    "einops",
+    "gguf",
+    "compressed_tensors",
 )
 """Imported once in the host environment and once in the image: the two must fail alike."""
 
@@ -135,16 +166,25 @@ class DifflabImage:
         tags = list(image.tags or [])
         ref = tags[0] if tags else image.id
         return cls(
-            ref=ref, id=image.id, env_digest=labels.get(f"{LABEL}.env-digest", ""),
+            ref=ref,
+            id=image.id,
+            env_digest=labels.get(f"{LABEL}.env-digest", ""),
             python=labels.get(f"{LABEL}.python", f"{ENV_IN_IMAGE}/bin/python"),
-            recipe=labels.get(f"{LABEL}.recipe", ""), labels=labels, size=int(image.attrs.get("Size") or 0),
+            recipe=labels.get(f"{LABEL}.recipe", ""),
+            labels=labels,
+            size=int(image.attrs.get("Size") or 0),
             layers=tuple(image.attrs.get("RootFS", {}).get("Layers") or ()),
         )
 
     def describe(self) -> dict[str, Any]:
         return {
-            "image": self.pinned, "image_id": self.id, "ref": self.ref, "env_digest": self.env_digest,
-            "recipe": self.recipe, "python": self.python, "size_bytes": self.size,
+            "image": self.pinned,
+            "image_id": self.id,
+            "ref": self.ref,
+            "env_digest": self.env_digest,
+            "recipe": self.recipe,
+            "python": self.python,
+            "size_bytes": self.size,
             "layers": list(self.layers),
         }
 
@@ -186,13 +226,13 @@ class PythonInstall:
 
     @classmethod
     def of(cls, python: Path) -> PythonInstall:
-        code = ("import json, platform, sys; print(json.dumps({'base_prefix': sys.base_prefix, "
-                "'version': platform.python_version(), 'xy': '%d.%d' % sys.version_info[:2]}))")
+        code = (
+            "import json, platform, sys; print(json.dumps({'base_prefix': sys.base_prefix, "
+            "'version': platform.python_version(), 'xy': '%d.%d' % sys.version_info[:2]}))"
+        )
         proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise EnvironmentSetupError(
-                f"cannot run the environment's interpreter {python}: {proc.stderr.strip()}"
-            )
+            raise EnvironmentSetupError(f"cannot run the environment's interpreter {python}: {proc.stderr.strip()}")
         data = json.loads(proc.stdout)
         return cls(Path(data["base_prefix"]), data["version"], data["xy"])
 
@@ -329,8 +369,9 @@ class Stage:
 
     def etc(self) -> None:
         """Just enough for ``getpwuid``, ``getpass`` and name lookups of localhost."""
-        self.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
-                                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+        self.write(
+            "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        )
         self.write("/etc/group", "root:x:0:\nnogroup:x:65534:\n")
         self.write("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n")
         self.write("/etc/hosts", "127.0.0.1 localhost\n::1 localhost\n")
@@ -517,17 +558,24 @@ class BuildReport:
         out: dict[str, Any] = {"built": self.built, **self.image.describe()}
         if self.rootfs is not None:
             out.update(
-                rootfs_files=self.rootfs.files, rootfs_bytes=self.rootfs.bytes,
+                rootfs_files=self.rootfs.files,
+                rootfs_bytes=self.rootfs.bytes,
                 rootfs_sha256=self.rootfs_sha256,
-                rootfs_write_s=round(self.rootfs.seconds, 2), import_s=round(self.import_s, 2),
-                verify_s=round(self.verify_s, 2), total_s=round(self.total_s, 2),
-                host_libraries=self.rootfs.host_libraries, unresolved_by_ldd=self.rootfs.unresolved,
+                rootfs_write_s=round(self.rootfs.seconds, 2),
+                import_s=round(self.import_s, 2),
+                verify_s=round(self.verify_s, 2),
+                total_s=round(self.total_s, 2),
+                host_libraries=self.rootfs.host_libraries,
+                unresolved_by_ldd=self.rootfs.unresolved,
             )
         return out
 
 
 def build_image(
-    client: Any, env: SharedEnvironment, say: Say | None = None, tar_path: Path | None = None,
+    client: Any,
+    env: SharedEnvironment,
+    say: Say | None = None,
+    tar_path: Path | None = None,
 ) -> BuildReport:
     """Assemble the root filesystem, ``docker import`` it, tag and verify it (no registry)."""
     say = say or (lambda _m: None)
@@ -543,8 +591,7 @@ def build_image(
         with tar_path.open("wb") as fh:
             sha = rootfs.write_tar(fh, stats)
         t0 = time.perf_counter()
-        result = client.api.import_image(src=str(tar_path), repository=repo, tag=tag,
-                                         changes=_changes(labels))
+        result = client.api.import_image(src=str(tar_path), repository=repo, tag=tag, changes=_changes(labels))
         import_s = time.perf_counter() - t0
     else:
         sha, result, import_s = _stream_import(client, rootfs, stats, repo, tag, labels)
@@ -558,12 +605,24 @@ def build_image(
         client.images.remove(image.id, force=True)
         raise
     verify_s = time.perf_counter() - t0
-    return BuildReport(image=image, built=True, rootfs=stats, rootfs_sha256=sha, import_s=import_s,
-                       verify_s=verify_s, total_s=time.perf_counter() - started)
+    return BuildReport(
+        image=image,
+        built=True,
+        rootfs=stats,
+        rootfs_sha256=sha,
+        import_s=import_s,
+        verify_s=verify_s,
+        total_s=time.perf_counter() - started,
+    )
 
 
 def _stream_import(
-    client: Any, rootfs: Rootfs, stats: RootfsStats, repo: str, tag: str, labels: dict[str, str],
+    client: Any,
+    rootfs: Rootfs,
+    stats: RootfsStats,
+    repo: str,
+    tag: str,
+    labels: dict[str, str],
 ) -> tuple[str, Any, float]:
     """Write the tar into a pipe on one thread while the engine reads it on another: no 1 GB temp file."""
     read_fd, write_fd = os.pipe()
@@ -586,8 +645,9 @@ def _stream_import(
     t0 = time.perf_counter()
     thread.start()
     try:
-        result = client.api.import_image(src=chunks(source), repository=repo, tag=tag,
-                                         changes=_changes(labels), stream_src=True)
+        result = client.api.import_image(
+            src=chunks(source), repository=repo, tag=tag, changes=_changes(labels), stream_src=True
+        )
     finally:
         source.close()  # a failed import stops reading: unblock the writer (it sees a broken pipe)
         thread.join()
@@ -623,7 +683,7 @@ def _imported_id(result: Any) -> str:
 def smoke_results(output: str) -> dict[str, Any]:
     for line in output.splitlines():
         if line.startswith("DIFFLAB-SMOKE "):
-            return dict(json.loads(line[len("DIFFLAB-SMOKE "):]))
+            return dict(json.loads(line[len("DIFFLAB-SMOKE ") :]))
     raise EnvironmentSetupError(f"smoke test printed no result:\n{output[-2000:]}")
 
 
@@ -638,37 +698,44 @@ def verify_image(client: Any, image: DifflabImage, env: SharedEnvironment | None
     host_proc = None
     if env is not None and env.ready:
         host_proc = subprocess.Popen(
-            [str(env.python), "-c", _SMOKE, *SMOKE_MODULES], text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **quiet},
+            [str(env.python), "-c", _SMOKE, *SMOKE_MODULES],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **quiet},
         )
     try:
         out = client.containers.run(
-            image.id, [image.python, "-c", _SMOKE, *SMOKE_MODULES], network_mode="none",
-            remove=True, stdout=True, stderr=True, environment=quiet,
+            image.id,
+            [image.python, "-c", _SMOKE, *SMOKE_MODULES],
+            network_mode="none",
+            remove=True,
+            stdout=True,
+            stderr=True,
+            environment=quiet,
         )
     except docker.errors.ContainerError as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
-        raise EnvironmentSetupError(
-            f"docker image {image.ref}: the interpreter does not run:\n{err[-2000:]}"
-        ) from None
+        raise EnvironmentSetupError(f"docker image {image.ref}: the interpreter does not run:\n{err[-2000:]}") from None
     finally:
         host_out = host_proc.communicate()[0] if host_proc is not None else None
     inside = smoke_results(out.decode(errors="replace"))
     if host_out is not None:
         host = smoke_results(host_out)
-        diff = {k: (host.get(k), inside.get(k)) for k in sorted(set(host) | set(inside))
-                if (host.get(k) == "ok") != (inside.get(k) == "ok")
-                or k == "torch.sum" and host.get(k) != inside.get(k)}
+        diff = {
+            k: (host.get(k), inside.get(k))
+            for k in sorted(set(host) | set(inside))
+            if (host.get(k) == "ok") != (inside.get(k) == "ok") or k == "torch.sum" and host.get(k) != inside.get(k)
+        }
         if diff:
             lines = "\n".join(f"  {k}: host {h!r}, image {i!r}" for k, (h, i) in diff.items())
-            raise EnvironmentSetupError(
-                f"docker image {image.ref} differs from the host environment:\n{lines}"
-            )
+            raise EnvironmentSetupError(f"docker image {image.ref} differs from the host environment:\n{lines}")
     return inside
 
 
-def ensure_image(client: Any, env: SharedEnvironment, say: Say | None = None, rebuild: bool = False,
-                 tar_path: Path | None = None) -> BuildReport:
+def ensure_image(
+    client: Any, env: SharedEnvironment, say: Say | None = None, rebuild: bool = False, tar_path: Path | None = None
+) -> BuildReport:
     """The image for ``env``: reused if the engine has one with its digest, built otherwise."""
     from filelock import FileLock
 

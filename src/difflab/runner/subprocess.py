@@ -85,15 +85,21 @@ class SubprocessRunner:
             cmd = [str(self.environment.python), "-m", "difflab.probe.child", str(job.probe_file), str(out)]
             try:
                 proc = subprocess.run(
-                    cmd, env=probe_env(job.source.root, child_root), cwd=tmp,
-                    capture_output=True, text=True, timeout=job.timeout_s,
+                    cmd,
+                    env=probe_env(job.source.root, child_root),
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                    timeout=job.timeout_s,
                 )
                 log, code = (proc.stdout or "") + (proc.stderr or ""), proc.returncode
             except subprocess.TimeoutExpired as exc:
                 log = _text(exc.stdout) + _text(exc.stderr)
                 write_log(job, log)
                 return error_observation(
-                    job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}",
+                    job,
+                    self.name,
+                    f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}",
                     time.perf_counter() - started,
                 )
             write_log(job, log)

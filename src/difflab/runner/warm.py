@@ -62,13 +62,27 @@ class _Hub:
 
     @classmethod
     def start(
-        cls, python: Path, child_root: Path, preload: Sequence[str], preload_file: Path | None, pycache: Path | None,
+        cls,
+        python: Path,
+        child_root: Path,
+        preload: Sequence[str],
+        preload_file: Path | None,
+        pycache: Path | None,
     ) -> _Hub:
         folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
         log = (folder / "hub.log").open("wb")
         env = probe_env(Path(os.devnull), child_root) | {"PYTHONPATH": str(child_root)}
-        cmd = [str(python), "-m", "difflab.probe.server", "--preload", ",".join(preload),
-               "--preload-file", str(preload_file or ""), "--pycache", str(pycache or "")]
+        cmd = [
+            str(python),
+            "-m",
+            "difflab.probe.server",
+            "--preload",
+            ",".join(preload),
+            "--preload-file",
+            str(preload_file or ""),
+            "--pycache",
+            str(pycache or ""),
+        ]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
         hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest())
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -170,16 +184,21 @@ class WarmRunner:
     learn: bool = True
     """Remember which third-party modules the servers imported, so the next hub preloads them once for all."""
     stats: dict[str, Any] = field(
-        default_factory=lambda: {"hubs": [], "servers": [], "fallbacks": [], "probe_wall_s": []})
+        default_factory=lambda: {"hubs": [], "servers": [], "fallbacks": [], "probe_wall_s": []}
+    )
     """What the runs so far cost: hub and server imports, per-probe fork-to-exit wall time, fallbacks."""
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {
-            "name": self.name, "workers": self.workers, "parallel": self.parallel,
-            "environment": self.environment.digest, "hub_preload": list(self.hub_preload),
-            "server_preload": list(self.server_preload), "fallbacks": len(self.stats["fallbacks"]),
+            "name": self.name,
+            "workers": self.workers,
+            "parallel": self.parallel,
+            "environment": self.environment.digest,
+            "hub_preload": list(self.hub_preload),
+            "server_preload": list(self.server_preload),
+            "fallbacks": len(self.stats["fallbacks"]),
         }
 
     def close(self) -> None:
@@ -269,8 +288,13 @@ class WarmRunner:
         os.replace(tmp, path)
 
     def _schedule(
-        self, hub: _Hub, jobs: Sequence[ProbeJob], results: list[Observation | None], fallback: list[int],
-        on_done: Progress | None, work: Path,
+        self,
+        hub: _Hub,
+        jobs: Sequence[ProbeJob],
+        results: list[Observation | None],
+        fallback: list[int],
+        on_done: Progress | None,
+        work: Path,
     ) -> None:
         """Open servers source by source, keep ``parallel`` probes running, turn events into observations."""
         by_source: dict[tuple[str, str], deque[int]] = {}
@@ -300,8 +324,16 @@ class WarmRunner:
                 self._names += 1
                 server = _Server(name=f"s{self._names}", pending=idx)
                 servers[server.name] = server
-                hub.send({"op": "open", "server": server.name, "root": root, "preload": list(self.server_preload),
-                          "log": str(work / f"{server.name}.log"), "timeout_s": START_TIMEOUT_S})
+                hub.send(
+                    {
+                        "op": "open",
+                        "server": server.name,
+                        "root": root,
+                        "preload": list(self.server_preload),
+                        "log": str(work / f"{server.name}.log"),
+                        "timeout_s": START_TIMEOUT_S,
+                    }
+                )
             for server in list(servers.values()):
                 while server.ready and server.pending and running < self.parallel:
                     i = server.pending.popleft()
@@ -344,8 +376,15 @@ class WarmRunner:
         folder.mkdir()
         log = job.log_path or folder / "probe.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        return {"op": "run", "server": server, "job": i, "probe": str(Path(job.probe_file).resolve()),
-                "out": str(folder / "result.json"), "log": str(log), "timeout_s": job.timeout_s}
+        return {
+            "op": "run",
+            "server": server,
+            "job": i,
+            "probe": str(Path(job.probe_file).resolve()),
+            "out": str(folder / "result.json"),
+            "log": str(log),
+            "timeout_s": job.timeout_s,
+        }
 
     def _observation(self, job: ProbeJob, event: dict[str, Any], folder: Path) -> Observation:
         """The same outcomes, in the same words, as :class:`SubprocessRunner`."""
@@ -369,8 +408,12 @@ class WarmRunner:
             self.stats["fallbacks"].append({"reason": reason.splitlines()[0] if reason else "", "jobs": len(idx)})
 
     def _run_fallback(
-        self, jobs: Sequence[ProbeJob], idx: list[int], results: list[Observation | None],
-        on_done: Progress | None, child_root: Path,
+        self,
+        jobs: Sequence[ProbeJob],
+        idx: list[int],
+        results: list[Observation | None],
+        on_done: Progress | None,
+        child_root: Path,
     ) -> None:
         """Fresh processes for what the warm path could not run (``runner = "subprocess"`` says so)."""
         runner = SubprocessRunner(environment=self.environment, workers=self.parallel)

@@ -47,8 +47,15 @@ class BisectResult:
     output: str = ""
 
 
-def _endpoints(source: GitSource, fix: Fix, probes: list[ProbeSpec], revs: dict[str, str],
-               env: SharedEnvironment, timeout_s: float, say: Say) -> dict[str, tuple[str, str]]:
+def _endpoints(
+    source: GitSource,
+    fix: Fix,
+    probes: list[ProbeSpec],
+    revs: dict[str, str],
+    env: SharedEnvironment,
+    timeout_s: float,
+    say: Say,
+) -> dict[str, tuple[str, str]]:
     """``{"good"|"bad": (sha, like)}``; each endpoint must behave like the fix's base or head."""
     srcs = {which: source.rev(rev, what=f"--{which} {rev}") for which, rev in revs.items()}
     found = behaviours(fix, probes, srcs, env, timeout_s)
@@ -57,15 +64,24 @@ def _endpoints(source: GitSource, fix: Fix, probes: list[ProbeSpec], revs: dict[
         sha = srcs[which].identity["commit"]
         say(f"--{which} {sha[:12]} behaves like {like} ({verdict.reason})")
         if like not in ("base", "head"):
-            raise ConfigError(f"--{which} {revs[which]}: behaviour is {verdict.verdict} for fix {fix.id!r} "
-                              f"({verdict.reason}); it must behave like the fix's base or head")
+            raise ConfigError(
+                f"--{which} {revs[which]}: behaviour is {verdict.verdict} for fix {fix.id!r} "
+                f"({verdict.reason}); it must behave like the fix's base or head"
+            )
         out[which] = (sha, like)
     return out
 
 
 def run_bisect(
-    fix: Fix, matrix_path: Path, source: GitSource, good: str, bad: str, *, probe_names: list[str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S, say: Say = print,
+    fix: Fix,
+    matrix_path: Path,
+    source: GitSource,
+    good: str,
+    bad: str,
+    *,
+    probe_names: list[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    say: Say = print,
 ) -> BisectResult:
     probes = select_probes(fix, probe_names)
     env = SharedEnvironment().ensure(progress=say)
@@ -87,8 +103,21 @@ def run_bisect(
             return proc
 
         git("bisect", "start", bad_sha, good_sha)
-        step = [sys.executable, "-m", "difflab.source.bisect_step", "--matrix", str(matrix_path), "--fix", fix.id,
-                "--good-like", good_like, "--timeout", str(timeout_s), "--log", str(log)]
+        step = [
+            sys.executable,
+            "-m",
+            "difflab.source.bisect_step",
+            "--matrix",
+            str(matrix_path),
+            "--fix",
+            fix.id,
+            "--good-like",
+            good_like,
+            "--timeout",
+            str(timeout_s),
+            "--log",
+            str(log),
+        ]
         for p in probes:
             step += ["--probe", p.name]
         say(f"git bisect run: good = behaves like {good_like}, bad = behaves like {bad_like}")
@@ -112,7 +141,6 @@ def _first_bad(git: Callable[..., subprocess.CompletedProcess[str]], output: str
         proc = git("rev-parse", "refs/bisect/bad", check=False)
         return (proc.stdout.strip() or None), []
     if "only 'skip'ped commits left" in output:
-        cands = [line.split()[0] for line in output.splitlines()
-                 if len(line.split()) == 1 and len(line.strip()) == 40]
+        cands = [line.split()[0] for line in output.splitlines() if len(line.split()) == 1 and len(line.strip()) == 40]
         return None, cands
     return None, []

@@ -46,13 +46,25 @@ def select_probes(fix: Fix, names: list[str] | None) -> list[ProbeSpec]:
     return [known[n] for n in names]
 
 
-def behaviours(fix: Fix, probes: list[ProbeSpec], sources: dict[str, MaterialisedSource], env: SharedEnvironment,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, tuple[str, BackportVerdict]]:
+def behaviours(
+    fix: Fix,
+    probes: list[ProbeSpec],
+    sources: dict[str, MaterialisedSource],
+    env: SharedEnvironment,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, tuple[str, BackportVerdict]]:
     """``base``, ``head`` or ``undetermined`` per named source (probed in parallel), with the comparison."""
     jobs = [
-        ProbeJob(fix_id=fix.id, probe=p.name, side=name, source=src, probe_file=probes_dir() / f"{p.name}.py",
-                 timeout_s=timeout_s)
-        for name, src in sources.items() for p in probes
+        ProbeJob(
+            fix_id=fix.id,
+            probe=p.name,
+            side=name,
+            source=src,
+            probe_file=probes_dir() / f"{p.name}.py",
+            timeout_s=timeout_s,
+        )
+        for name, src in sources.items()
+        for p in probes
     ]
     observed = SubprocessRunner(environment=env).run(jobs)
     sub = Fix(id=fix.id, pr=fix.pr, title=fix.title, base=fix.base, head=fix.head, probes=tuple(probes))
@@ -83,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         probes = select_probes(fix, args.probes)
         sha, subject = _commit()
         root = Path.cwd() / "python"
-        source = MaterialisedSource(label=sha[:12], kind="git", root=root,
-                                    identity={"kind": "git", "commit": sha}, digest=f"git-commit:{sha}")
+        source = MaterialisedSource(
+            label=sha[:12], kind="git", root=root, identity={"kind": "git", "commit": sha}, digest=f"git-commit:{sha}"
+        )
         started = time.perf_counter()
         if not (root / "sglang" / "__init__.py").is_file():
             like, reason = "undetermined", "no python/sglang package at this commit"
@@ -100,8 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"difflab bisect: {sha[:12]} behaves like {like}: {answer} ({reason})")
     if args.log:
         with args.log.open("a") as fh:
-            fh.write(json.dumps({"commit": sha, "subject": subject, "like": like, "answer": answer,
-                                 "reason": reason, "duration_s": round(time.perf_counter() - started, 3)}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "commit": sha,
+                        "subject": subject,
+                        "like": like,
+                        "answer": answer,
+                        "reason": reason,
+                        "duration_s": round(time.perf_counter() - started, 3),
+                    }
+                )
+                + "\n"
+            )
     return code
 
 

@@ -122,16 +122,25 @@ def resolve_fix(fix: Fix, by_pr: dict[int, list[MainCommit]], branch: str) -> Lo
     """The lock entry for one fix; never a guess."""
     hits = by_pr.get(fix.pr, [])
     if not hits:
-        return LockEntry(fix.id, fix.pr, "unresolved",
-                         reason=f"no first-parent commit on {branch} has a subject ending with (#{fix.pr})")
+        return LockEntry(
+            fix.id,
+            fix.pr,
+            "unresolved",
+            reason=f"no first-parent commit on {branch} has a subject ending with (#{fix.pr})",
+        )
     if len(hits) > 1:
         shas = ", ".join(h.sha[:12] for h in hits)
-        return LockEntry(fix.id, fix.pr, "unresolved",
-                         reason=f"ambiguous: {len(hits)} commits on {branch} end with (#{fix.pr}): {shas}")
+        return LockEntry(
+            fix.id,
+            fix.pr,
+            "unresolved",
+            reason=f"ambiguous: {len(hits)} commits on {branch} end with (#{fix.pr}): {shas}",
+        )
     hit = hits[0]
     if not hit.parents:
-        return LockEntry(fix.id, fix.pr, "unresolved", subject=hit.subject,
-                         reason=f"{hit.sha[:12]} is a root commit: no base")
+        return LockEntry(
+            fix.id, fix.pr, "unresolved", subject=hit.subject, reason=f"{hit.sha[:12]} is a root commit: no base"
+        )
     entry = LockEntry(fix.id, fix.pr, "resolved", base=hit.parents[0], head=hit.sha, subject=hit.subject)
     for side, pin in sorted(fix.commits.items()):
         resolved = entry.sha(side)
@@ -152,7 +161,10 @@ def resolve_lock(matrix: Matrix, mirror: Mirror, branch: str = "main") -> LockFi
     by_pr = main_commits(mirror, tip)
     entries = {fix.id: resolve_fix(fix, by_pr, branch) for fix in matrix.fixes}
     return LockFile(
-        repo=mirror.repo, branch=branch, branch_tip=tip, matrix=matrix.path.name,
+        repo=mirror.repo,
+        branch=branch,
+        branch_tip=tip,
+        matrix=matrix.path.name,
         matrix_sha256=matrix.sha256,
         resolved_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         entries=entries,

@@ -214,8 +214,7 @@ class Mirror:
         with self.locked() as repo:
             self._add_remote(repo, name, url)
             try:
-                repo.fetch("--quiet", "--no-tags", "--filter=blob:none", name,
-                               f"+{sha}:refs/difflab/upstream/{sha}")
+                repo.fetch("--quiet", "--no-tags", "--filter=blob:none", name, f"+{sha}:refs/difflab/upstream/{sha}")
             except git.GitCommandError as exc:
                 raise SourceError(f"git repository {url}: cannot fetch commit {sha}: {git_error(exc)}") from None
         return self.has_commit(sha)

@@ -26,9 +26,7 @@ from difflab.matrix.model import Fix, ReleasePin, SidePin
 from difflab.paths import cache_root
 from difflab.source.base import MaterialisedSource
 
-_WHEEL = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
-)
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$")
 
 
 def sha256_file(path: Path) -> str:
@@ -101,9 +99,24 @@ class ReleaseSource:
             raise ConfigError(f"release {pin.version}: {pin.file!r} is not a wheel file name")
         py = m["py"]
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--platform", m["platform"], "--implementation", py[:2], "--python-version", py[2:],
-            "--abi", m["abi"], "--dest", str(into), "--quiet", "--disable-pip-version-check",
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            m["platform"],
+            "--implementation",
+            py[:2],
+            "--python-version",
+            py[2:],
+            "--abi",
+            m["abi"],
+            "--dest",
+            str(into),
+            "--quiet",
+            "--disable-pip-version-check",
             f"{m['name']}=={pin.version}",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)

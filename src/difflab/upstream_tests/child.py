@@ -32,8 +32,15 @@ STALE = (ImportError, AttributeError)
 
 
 def _outcome(test_id: str, outcome: str, exc: Any = None, duration: float = 0.0) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": test_id, "outcome": outcome, "duration_s": round(duration, 6),
-                              "error_type": None, "message": None, "stale_fake": False, "traceback": None}
+    record: dict[str, Any] = {
+        "id": test_id,
+        "outcome": outcome,
+        "duration_s": round(duration, 6),
+        "error_type": None,
+        "message": None,
+        "stale_fake": False,
+        "traceback": None,
+    }
     if exc is not None:
         etype, value, tb = exc
         record["error_type"] = etype.__name__

@@ -98,18 +98,30 @@ class FixReplay:
         sides = {}
         for name, run in self.sides.items():
             sides[name] = {
-                "source": run.source, "status": run.status, "error": run.error,
+                "source": run.source,
+                "status": run.status,
+                "error": run.error,
                 "duration_s": round(run.duration_s, 3),
-                "passed": run.ids("passed"), "failed": run.ids("failed"), "skipped": run.ids("skipped"),
-                "errors": [{"id": t.id, "stale_fake": t.stale_fake, "error_type": t.error_type,
-                            "message": t.message} for t in run.tests if t.outcome == "error"],
+                "passed": run.ids("passed"),
+                "failed": run.ids("failed"),
+                "skipped": run.ids("skipped"),
+                "errors": [
+                    {"id": t.id, "stale_fake": t.stale_fake, "error_type": t.error_type, "message": t.message}
+                    for t in run.tests
+                    if t.outcome == "error"
+                ],
             }
         by_change: dict[str, list[str]] = {}
         for c in self.changes:
             by_change.setdefault(c.change, []).append(c.id)
         return {
-            "fix": self.fix, "files": self.files, "tests_from": self.tests_from, "note": self.note,
-            "sides": sides, "tests": [asdict(c) for c in self.changes], "summary": by_change,
+            "fix": self.fix,
+            "files": self.files,
+            "tests_from": self.tests_from,
+            "note": self.note,
+            "sides": sides,
+            "tests": [asdict(c) for c in self.changes],
+            "summary": by_change,
         }
 
 
@@ -134,14 +146,22 @@ def diff_sides(base: SideRun, head: SideRun) -> list[TestChange]:
     b = {t.id: t for t in base.tests}
     h = {t.id: t for t in head.tests}
     return [
-        TestChange(i, b[i].label if i in b else "absent", h[i].label if i in h else "absent",
-                   _change(b.get(i), h.get(i)))
+        TestChange(
+            i, b[i].label if i in b else "absent", h[i].label if i in h else "absent", _change(b.get(i), h.get(i))
+        )
         for i in sorted(set(b) | set(h))
     ]
 
 
-def run_tests(env: SharedEnvironment, source: MaterialisedSource, tests_root: Path, files: list[str],
-              side: str, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> SideRun:
+def run_tests(
+    env: SharedEnvironment,
+    source: MaterialisedSource,
+    tests_root: Path,
+    files: list[str],
+    side: str,
+    out_dir: Path,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> SideRun:
     """One fresh process of the shared environment runs every file against ``source``."""
     started = time.perf_counter()
     run = SideRun(side=side, source=dict(source.identity), status="ok")
@@ -152,8 +172,14 @@ def run_tests(env: SharedEnvironment, source: MaterialisedSource, tests_root: Pa
         result = Path(tmp) / "result.json"
         cmd = [str(env.python), str(script), str(result), str(tests_root), *files]
         try:
-            proc = subprocess.run(cmd, env=probe_env(source.root, childlib.stage()), cwd=tmp,
-                                  capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(
+                cmd,
+                env=probe_env(source.root, childlib.stage()),
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
             log = (proc.stdout or "") + (proc.stderr or "")
         except subprocess.TimeoutExpired:
             run.status, run.error, log = "error", f"upstream tests hung: killed after {timeout_s:.0f} s", ""
@@ -195,15 +221,23 @@ def write_side_junit(path: Path, fix_id: str, run: SideRun) -> None:
     xml.write(str(path), pretty=True)
 
 
-def replay_fix(fix: Fix, sources: dict[str, MaterialisedSource | str], env: SharedEnvironment, out_dir: Path,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> FixReplay:
+def replay_fix(
+    fix: Fix,
+    sources: dict[str, MaterialisedSource | str],
+    env: SharedEnvironment,
+    out_dir: Path,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> FixReplay:
     """Run the fix's ``upstream_tests`` on each available side; ``out_dir`` is ``upstream-tests/<fix>``."""
     files = list(fix.upstream_tests)
     order = [s for s in ("head", "base") if not isinstance(sources.get(s), str) and sources.get(s) is not None]
     tests_src = next((sources[s] for s in order if sources[s].tests_root), None)  # type: ignore[union-attr]
     if not files or tests_src is None:
-        note = ("the matrix names no upstream_tests for this fix" if not files
-                else "no side has SGLang's test/ tree (only the git source checks it out)")
+        note = (
+            "the matrix names no upstream_tests for this fix"
+            if not files
+            else "no side has SGLang's test/ tree (only the git source checks it out)"
+        )
         return FixReplay(fix.id, files, None, {}, [], note)
     assert isinstance(tests_src, MaterialisedSource) and tests_src.tests_root is not None
     runs: dict[str, SideRun] = {}
@@ -217,9 +251,14 @@ def replay_fix(fix: Fix, sources: dict[str, MaterialisedSource | str], env: Shar
     return FixReplay(fix.id, files, dict(tests_src.identity), runs, diff_sides(runs["base"], runs["head"]))
 
 
-def replay_run(work: Path, fixes: list[Fix], sources: dict[tuple[str, str], MaterialisedSource | str],
-               env: SharedEnvironment, say: Callable[[str], None] | None = None,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
+def replay_run(
+    work: Path,
+    fixes: list[Fix],
+    sources: dict[tuple[str, str], MaterialisedSource | str],
+    env: SharedEnvironment,
+    say: Callable[[str], None] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Path:
     """Replay every fix's upstream tests into a run folder; returns ``upstream-tests.json``."""
     replays = []
     for fix in fixes:

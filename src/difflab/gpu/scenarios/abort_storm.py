@@ -56,10 +56,7 @@ class AbortStorm:
 
         def idle() -> bool:
             m = _scrape(ep)
-            return (
-                _level(m, "prefill", names.RUNNING_METRIC) == 0
-                and _level(m, "decode", names.RUNNING_METRIC) == 0
-            )
+            return _level(m, "prefill", names.RUNNING_METRIC) == 0 and _level(m, "decode", names.RUNNING_METRIC) == 0
 
         was_idle = wait_until(idle, limits.settle_s, limits.poll_s)
         before = _scrape(ep)
@@ -84,8 +81,7 @@ class AbortStorm:
         for w in workers:
             w.start()
         schedule = sorted(
-            (i * limits.abort_stagger_s + limits.abort_delays_s[i % len(limits.abort_delays_s)], i)
-            for i in range(n)
+            (i * limits.abort_stagger_s + limits.abort_delays_s[i % len(limits.abort_delays_s)], i) for i in range(n)
         )
         abort_log: list[dict[str, Any]] = []
         for at, i in schedule:
@@ -135,23 +131,17 @@ class AbortStorm:
         followups_ok = True
         for k in range(limits.abort_followups):
             i = 900 + k
-            reply = ep.router.generate(
-                canary_prompt(tag, i, 24), max_new_tokens=16, timeout=limits.request_timeout_s
-            )
+            reply = ep.router.generate(canary_prompt(tag, i, 24), max_new_tokens=16, timeout=limits.request_timeout_s)
             followups_ok = followups_ok and reply.ok
             foreign = foreign_markers(reply.text(), tag, i) if reply.ok else []
             leaks += foreign
-            out.events.append(
-                {"request": i, "result": "followup", "status": reply.status, "foreign_markers": foreign}
-            )
+            out.events.append({"request": i, "result": "followup", "status": reply.status, "foreign_markers": foreign})
 
         used_delta = {r: _level(after, r, names.USED_METRIC) - base_used[r] for r in ("prefill", "decode")}
         phantom = sum(_level(after, r, names.RUNNING_METRIC) - base_running[r] for r in ("prefill", "decode"))
         seen = after["decode"].has(names.DEFERRED_METRIC)
         o_before, o_after = _outcomes(before), _outcomes(after)
-        deferred = {
-            k: int(o_after.get(k, 0) - o_before.get(k, 0)) for k in sorted(set(o_after) | set(o_before))
-        }
+        deferred = {k: int(o_after.get(k, 0) - o_before.get(k, 0)) for k in sorted(set(o_after) | set(o_before))}
         out.fields = {
             "abort.sent": n,
             "abort.aborted": counts["aborted"],
@@ -179,7 +169,5 @@ class AbortStorm:
         if phantom > 0:
             out.problems.append(f"{int(phantom)} phantom running request(s) after every request ended")
         if leaks:
-            out.problems.append(
-                f"answers carried other requests' markers: {', '.join(sorted(set(leaks))[:4])}"
-            )
+            out.problems.append(f"answers carried other requests' markers: {', '.join(sorted(set(leaks))[:4])}")
         return out

@@ -30,9 +30,7 @@ class Endpoints:
 
     @classmethod
     def from_urls(cls, router: str, prefill: str, decode: str, timeout_s: float = 30.0) -> Endpoints:
-        return cls(
-            EngineClient(router, timeout_s), EngineClient(prefill, timeout_s), EngineClient(decode, timeout_s)
-        )
+        return cls(EngineClient(router, timeout_s), EngineClient(prefill, timeout_s), EngineClient(decode, timeout_s))
 
     def facts(self) -> dict[str, EngineFacts]:
         return {"prefill": read_engine("prefill", self.prefill), "decode": read_engine("decode", self.decode)}
@@ -102,9 +100,7 @@ def words_for_tokens(tokens: int, tokens_per_word: float) -> int:
 def calibrate(router: EngineClient, limits: Limits) -> tuple[float, bool]:
     """Tokens per filler word, measured through the real tokenizer (``meta_info.prompt_tokens``)."""
     words = 200
-    reply = router.generate(
-        canary_prompt("0000aa", 0, words), max_new_tokens=1, timeout=limits.request_timeout_s
-    )
+    reply = router.generate(canary_prompt("0000aa", 0, words), max_new_tokens=1, timeout=limits.request_timeout_s)
     prompt_tokens = reply.meta().get("prompt_tokens")
     if not reply.ok or not isinstance(prompt_tokens, int) or prompt_tokens <= 0:
         return 1.0, False
@@ -121,9 +117,7 @@ def capacity(ep: Endpoints) -> tuple[int, int, dict[str, str]]:
     ]
     if missing:
         errors = "; ".join(e for f in facts.values() for e in f.errors)
-        raise ScenarioUnavailable(
-            f"cannot read {', '.join(missing)} from the engines ({errors or 'not reported'})"
-        )
+        raise ScenarioUnavailable(f"cannot read {', '.join(missing)} from the engines ({errors or 'not reported'})")
     sources = {f"{r}_pool": v.source for r, v in pools.items() if v} | {
         f"{r}_context": v.source for r, v in ctxs.items() if v
     }

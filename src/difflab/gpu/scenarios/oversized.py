@@ -46,9 +46,7 @@ class OversizedPrompt:
         ratio, calibrated = calibrate(ep.router, limits)
         target = (pool + room) // 2
         tag = run_tag()
-        control = ep.router.generate(
-            canary_prompt(tag, 1, 32), max_new_tokens=8, timeout=limits.request_timeout_s
-        )
+        control = ep.router.generate(canary_prompt(tag, 1, 32), max_new_tokens=8, timeout=limits.request_timeout_s)
         reply = ep.router.generate(
             canary_prompt(tag, 2, words_for_tokens(target, ratio)),
             max_new_tokens=limits.max_new_tokens,

@@ -38,9 +38,7 @@ class ABResult:
     error: str | None = None
 
     def samples(self, side: str, metric: str) -> list[float]:
-        return [
-            r.values[metric] for r in self.rounds if r.side == side and r.error is None and metric in r.values
-        ]
+        return [r.values[metric] for r in self.rounds if r.side == side and r.error is None and metric in r.values]
 
     @property
     def regressions(self) -> list[str]:
@@ -95,7 +93,5 @@ def run_ab(sides: dict[str, SideLoad], rounds: int, out_dir: Path, seed: int) ->
     except ValueError as exc:
         ab.comparisons = {}
         failed = [f"{x.side} round {x.round}: {x.error}" for x in results if x.error]
-        ab.error = f"not enough successful rounds to compare ({exc})" + (
-            f"; {'; '.join(failed[:4])}" if failed else ""
-        )
+        ab.error = f"not enough successful rounds to compare ({exc})" + (f"; {'; '.join(failed[:4])}" if failed else "")
     return ab

@@ -90,9 +90,7 @@ def head_config(**overrides: Any) -> TestServerConfig:
 
 def base_config(**overrides: Any) -> TestServerConfig:
     """The pre-fix build: stale hand-off, prefill leak on abort, no deferred release, no checksum."""
-    cfg = head_config(
-        admit_rejected=True, prefill_leaks_aborted=True, deferred_metric=False, version="0.5.20"
-    )
+    cfg = head_config(admit_rejected=True, prefill_leaks_aborted=True, deferred_metric=False, version="0.5.20")
     older = {names.DEFERRED_ENV: "0", names.CHECKSUM_ENV: "0"}
     cfg = cfg.with_env("prefill", **older).with_env("decode", **older)
     return replace(cfg, **overrides)

@@ -137,9 +137,7 @@ class SimEngine:
     def _serve(self, req: SimRequest) -> Iterator[Event]:
         pages_p = self._alloc("prefill", req)
         if pages_p is None:
-            yield from (
-                self._abort_reply(req) if req.aborted else self._failed(req, "prefill KV pool exhausted")
-            )
+            yield from (self._abort_reply(req) if req.aborted else self._failed(req, "prefill KV pool exhausted"))
             return
         with self.lock:
             req.prefill_pages = pages_p
@@ -156,9 +154,7 @@ class SimEngine:
                 req.decode_pages = pages_d
                 req.state = "transfer"
         if req.state != "transfer":
-            yield from (
-                self._abort_reply(req) if req.aborted else self._failed(req, "decode KV pool exhausted")
-            )
+            yield from (self._abort_reply(req) if req.aborted else self._failed(req, "decode KV pool exhausted"))
             return
         threading.Thread(target=self._transfer, args=(req,), daemon=True, name=f"kv-{req.rid}").start()
         while not req.changed.wait(0.01):

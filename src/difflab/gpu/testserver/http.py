@@ -86,9 +86,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/generate" and role == "router":
             self._generate(payload)
         elif path == "/generate":
-            self._send(
-                400, {"error": {"message": f"{role} engine in PD mode: send requests through the router"}}
-            )
+            self._send(400, {"error": {"message": f"{role} engine in PD mode: send requests through the router"}})
         elif path == "/abort_request" and role != "router":
             hit = engine.abort(payload.get("rid"), bool(payload.get("abort_all")))
             self._send(200, {"success": True, "aborted": hit})
