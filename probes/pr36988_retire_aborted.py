@@ -101,6 +101,7 @@ class _Prefill:
         output_streamer, self.sent = fake_output_streamer(kit)
         self.tree_cache, self.cache_abort = fake_tree_cache(kit)
         self.scheduler = bare(
+            kit,
             Scheduler,
             batch_result_processor=kit.fake(
                 "batch_result_processor",

@@ -64,6 +64,7 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
 
     scheduler, seen = bare_scheduler(kit, enable_hisparse=False)
     queue = bare(
+        kit,
         DecodePreallocQueue,
         scheduler=scheduler,
         queue=[],

@@ -64,6 +64,7 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
 
     scheduler, seen = bare_scheduler(kit)
     queue = bare(
+        kit,
         PrefillBootstrapQueue,
         scheduler=scheduler,
         queue=[],

@@ -13,9 +13,9 @@ failed room's KV as a reusable prefix (``cache_finished_req(is_insert=True)``
 / ``insert_req`` / ``checkpoint``); a later request could then be served KV
 that a timed-out transfer may still be reading or that never completed.
 ``failed.kv_returned_to_pool`` -- the request's KV row went back to the pool
-now; ``failed.quarantined`` -- anything named quarantine (on the scheduler or
-the tree) was used. With the fix the KV is not inserted (released without
-insert, or held in quarantine). No release up to 0.5.23 carries it: every
+now; ``failed.quarantined`` -- a quarantine-named method of the tree was
+called. With the fix the KV is not inserted (released without insert, or
+held in quarantine). No release up to 0.5.23 carries it: every
 release shows ``failed.radix_inserted = true``; a git commit with the fix
 would show ``false``.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.mooncake import build_prefill_rank
-from harness.radix import TreeCache, fake_prefill_tree_cache, quarantine_lenient
+from harness.radix import TreeCache, fake_prefill_tree_cache
 from harness.requests import abort_status, hold_kv, new_req
 from harness.strict import strict_instance
 
@@ -69,7 +69,6 @@ def failed(kit: Kit) -> dict[str, Any]:
         kit,
         Scheduler,
         "scheduler",
-        lenient=quarantine_lenient(tree.quarantine_uses),
         tree_cache=tree.fake,
         metrics_reporter=kit.fake("metrics_reporter", enable_metrics=False),
         ps=kit.fake("parallel state", tp_rank=0),  # <= 0.5.19 reads the TP rank here

@@ -20,7 +20,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +81,12 @@ class DecodeRank:
         return self.slot in self.queue.req_to_metadata_buffer_idx_allocator.free_slots
 
     def held(self) -> bool:
-        """The request sits in the queue's deferred-release list."""
-        return any(entry[0] is self.decode_req for entry in self.queue._deferred_releases)
+        """The request's pages and metadata slot are held: neither released nor freed yet.
+
+        Observed through behaviour (the release call and the slot), not through the
+        name of the queue's bookkeeping list, so a fork that keeps its own list reads the same.
+        """
+        return self.release_kv_cache.count == 0 and not self.slot_free()
 
     def abort_messages(self) -> int:
         return self.wire.count(b"ABORT")
@@ -99,6 +102,11 @@ class DecodeRank:
                 yield
             finally:
                 decode.logger.removeHandler(self.warnings)
+
+
+def _switch(name: str, on: bool) -> dict[str, Any]:
+    """Deferred release forced on (recorded beside the verdict with this build's default), or plainly off."""
+    return {"forced": {name: True}} if on else {name: False}
 
 
 def build_decode_rank(
@@ -132,22 +140,9 @@ def build_decode_rank(
         MooncakeKVManager,
         "decode_kv_mgr",
         disaggregation_mode=DisaggregationMode.DECODE,
-        enable_deferred_decode_kv_release=manager_defers,
+        **_switch("enable_deferred_decode_kv_release", manager_defers),
         local_ip=DECODE_IP,
         rank_port=DECODE_PORT,
-        request_status={},
-        failure_records={},
-        failure_lock=threading.Lock(),
-        required_prefill_response_num_table={},
-        prefill_response_tracker={},
-        addr_to_rooms_tracker=defaultdict(set),
-        connection_pool={},
-        connection_lock=threading.Lock(),
-        _deferred_abort_ack_tracker={},
-        _deferred_abort_generation=0,
-        _deferred_ack_targets={},
-        _deferred_ack_poisoned_rooms=set(),
-        _staging_outstanding=defaultdict(int),
         enable_staging=False,
         _staging_handler=None,
         defer_decode_allocation=False,
@@ -248,10 +243,8 @@ def build_decode_rank(
         enable_staging=False,
         staging_handler=None,
         enable_host_receive=False,
-        enable_deferred_kv_release=queue_defers,
+        **_switch("enable_deferred_kv_release", queue_defers),
         deferred_kv_release_timeout=release_timeout_s,
-        _deferred_releases=[],
-        _skipped_checksum_signatures=set(),
     )
     return DecodeRank(
         kit=kit,

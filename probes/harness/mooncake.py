@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.probe.kit import Kit, ProbeFailure, Recorder
+from difflab.probe.kit import EndOfScenario, Kit, ProbeFailure, Recorder
+from harness.runtime import ensure_runtime, published_server_args
 from harness.strict import strict_instance
 from harness.wire import Wire, tcp_endpoint
 
@@ -39,7 +39,7 @@ PREFILL_PORT = 8998
 THREAD_WAIT_S = 10.0
 
 
-class _EndOfQueue(BaseException):
+class _EndOfQueue(EndOfScenario):
     """Raised by the fake transfer queue once drained: ends the worker loop on every release."""
 
 
@@ -49,6 +49,8 @@ class _EndOfMessages(SystemExit):
     A ``SystemExit`` subclass, because ``threading`` ignores ``SystemExit`` in
     a thread and the <= 0.5.20 loop never checks a stop flag.
     """
+
+    ends_scenario = True
 
 
 @dataclass
@@ -177,6 +179,7 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
     from sglang.srt.disaggregation.mooncake.conn import KVArgsRegisterInfo, MooncakeKVManager
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
+    ensure_runtime()
     wire = Wire(kit)
     decode = tcp_endpoint(DECODE_IP, DECODE_PORT)
     holder: list[PrefillRank] = []
@@ -186,8 +189,12 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         MooncakeKVManager,
         "prefill_kv_mgr",
         disaggregation_mode=DisaggregationMode.PREFILL,
-        enable_deferred_decode_kv_release=deferred_release,
-        server_args=kit.fake("server_args", enable_pd_role_switch=False),
+        **(
+            {"forced": {"enable_deferred_decode_kv_release": True}}
+            if deferred_release
+            else {"enable_deferred_decode_kv_release": False}
+        ),
+        server_args=published_server_args(),  # the real config, with this build's defaults
         kv_args=kit.fake("kv_args", kv_data_ptrs=[0x10000, 0x20000], engine_rank=0),
         bootstrap_port=PREFILL_PORT,
         local_ip="192.0.2.10",
@@ -205,10 +212,7 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         enable_trace=False,
         enable_staging=False,
         _staging_ctx=None,
-        # room and session bookkeeping
-        request_status={},
-        transfer_infos={},
-        req_to_decode_prefix_len={},
+        # room, session and deferred-ack bookkeeping: this build's constructor makes its own
         decode_kv_args_table={
             DECODE_SESSION: KVArgsRegisterInfo(
                 room="None",
@@ -227,19 +231,6 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
                 dst_state_layer_ids=[],
             )
         },
-        failure_records={},
-        failure_lock=threading.Lock(),
-        session_lock=threading.Lock(),
-        failed_sessions=set(),
-        session_failures=defaultdict(int),
-        state_layout_rejections={},
-        failed_session_probes={},
-        # deferred-ack bookkeeping (each release reads its own subset)
-        _staging_outstanding=defaultdict(int),
-        _deferred_ack_targets={},
-        _deferred_ack_fanout_snapshots={},
-        _deferred_ack_poisoned_rooms=set(),
-        deferred_bootstrap=None,
         # the wire to decode
         _socket_lock=threading.Lock(),
         _socket_cache=wire.sockets(decode),

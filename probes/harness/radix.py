@@ -7,9 +7,12 @@ so the fake offers the union (a strict fake forbids missing names, not extra
 ones): ``cache_finished_req(req, is_insert=...)`` up to 0.5.20,
 ``insert_req`` in 0.5.21, ``checkpoint`` from 0.5.22.
 
-A fix that quarantines a failed room's KV may add an API the probe cannot
-know by name yet; any attribute whose name mentions quarantine is answered by
-a :class:`Sink` that records how it was used, instead of failing the probe.
+A fix that quarantines a failed room's KV may add a tree method the probe
+cannot know by name yet; a method whose name mentions quarantine is answered
+by a :class:`Sink` that records each call, instead of failing the probe. A
+quarantine *flag* or container on the tree is not guessed: reading one is a
+probe error. State a fork keeps on its own scheduler comes from the fork's
+constructor (:mod:`harness.strict`).
 """
 
 from __future__ import annotations
@@ -18,45 +21,45 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.probe.kit import Kit, Recorder, StrictFake
+from difflab.probe.kit import Kit, MissingFakeAttribute, Recorder, StrictFake
 
 QUARANTINE_NAME = re.compile("quarantin", re.IGNORECASE)
 
 
 @dataclass
 class Sink:
-    """Stands in for an unknown quarantine API: callable, and any attribute of it is callable too."""
+    """Stands in for an unknown quarantine *method* of the tree: callable, and records each use.
 
+    It is never a value: reading it as a flag, a container or a number (``if
+    tree.quarantine_enabled``) is a probe error, because the probe cannot know
+    what the fork's tree would answer.
+    """
+
+    kit: Kit
     name: str
     uses: list[str]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Sink:
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.uses.append(self.name)
-        return self
 
     def __getattr__(self, item: str) -> Sink:
         if item.startswith("__"):
             raise AttributeError(item)
-        return Sink(f"{self.name}.{item}", self.uses)
+        return Sink(self.kit, f"{self.name}.{item}", self.uses)
 
-    def __bool__(self) -> bool:  # an unknown flag or container reads as "present"
-        return True
+    def _not_a_value(self, *args: Any) -> Any:
+        self.kit.missing_attributes.append(f"tree_cache.{self.name} (read as a value)")
+        raise MissingFakeAttribute(f"fake tree_cache.{self.name} was read as a value; the probe cannot know it")
 
-
-def quarantine_lenient(uses: list[str]) -> Any:
-    """For :func:`harness.strict.strict_instance`: answer quarantine-named attributes with a Sink."""
-
-    def supply(item: str) -> Sink | None:
-        return Sink(item, uses) if QUARANTINE_NAME.search(item) else None
-
-    return supply
+    __bool__ = __len__ = __iter__ = __eq__ = __int__ = __index__ = _not_a_value  # type: ignore[assignment]
+    __hash__ = object.__hash__
 
 
 class _QuarantineTolerantFake(StrictFake):
     def __getattr__(self, item: str) -> Any:
         if QUARANTINE_NAME.search(item):
             uses: list[str] = object.__getattribute__(self, "_quarantine_uses")
-            sink = Sink(item, uses)
+            sink = Sink(object.__getattribute__(self, "_kit"), item, uses)
             object.__setattr__(self, item, sink)
             return sink
         return super().__getattr__(item)

@@ -26,6 +26,12 @@ T = TypeVar("T")
 # Holds the process-wide overrides open until the process ends.
 _HELD = contextlib.ExitStack()
 _READY = False
+_SERVER_ARGS: list[Any] = []
+
+
+def published_server_args() -> Any | None:
+    """The real ``ServerArgs`` (this build's defaults) published by :func:`ensure_runtime`, if any."""
+    return _SERVER_ARGS[0] if _SERVER_ARGS else None
 
 
 def ensure_runtime() -> None:
@@ -38,7 +44,9 @@ def ensure_runtime() -> None:
 
     if not hasattr(runtime_context, "publish"):
         raise RuntimeError("this SGLang has no runtime_context.publish; the harness supports 0.5.19+")
-    runtime_context.publish(ServerArgs(model_path="dummy"), role="tokenizer")
+    server_args = ServerArgs(model_path="dummy")
+    runtime_context.publish(server_args, role="tokenizer")
+    _SERVER_ARGS.append(server_args)
     parallel = runtime_context.get_parallel()
     if not hasattr(type(parallel), "override"):
         raise RuntimeError("this SGLang's ParallelContext has no override(); cannot state tp_rank=0")
@@ -47,17 +55,17 @@ def ensure_runtime() -> None:
     _READY = True
 
 
-def bare(cls: type[T], **attrs: Any) -> T:
-    """An instance of a real SGLang class, built without its constructor, holding only ``attrs``.
+def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
+    """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
 
     The constructors want GPUs, process groups and a model; SGLang's own CPU
-    tests build objects the same way. Methods stay the real ones, and reading
-    an attribute the probe did not set raises ``AttributeError`` (a probe error).
+    tests build objects the same way. Methods stay the real ones; any other
+    attribute is answered by :func:`harness.strict.real_object` (the build's
+    own constructor default, or a probe error naming it).
     """
-    obj = cls.__new__(cls)
-    for key, value in attrs.items():
-        setattr(obj, key, value)
-    return obj
+    from harness.strict import real_object
+
+    return real_object(kit, cls, name or cls.__name__, **attrs)
 
 
 @contextlib.contextmanager

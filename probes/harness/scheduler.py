@@ -21,6 +21,7 @@ def bare_scheduler(kit: Kit, **attrs: Any) -> tuple[Any, dict[str, Any]]:
     output_streamer, sent = fake_output_streamer(kit)
     tree_cache, cache_abort = fake_tree_cache(kit)
     scheduler = bare(
+        kit,
         Scheduler,
         output_streamer=output_streamer,
         tree_cache=tree_cache,

@@ -1,58 +1,147 @@
-"""Real SGLang objects built the way SGLang's own CPU tests build them, but strict.
+"""Real SGLang objects built the way SGLang's own CPU tests build them -- but honest about defaults.
 
 SGLang's unit tests create heavy classes with ``Cls.__new__(Cls)`` and set only
-the attributes the code under test reads. The real method bodies then run, but
-an attribute the test forgot surfaces as an ``AttributeError`` -- which the
-transfer worker, ``pop_transferred`` and ``_send_abort_notification`` catch and
-turn into behaviour. Here the object's class is a thin subclass whose
-``__getattr__`` (consulted only when normal lookup fails) records the missing
-attribute with the kit and raises :class:`MissingFakeAttribute`, a
-``BaseException`` that no ``except Exception`` can swallow. The real methods are
-untouched.
+the attributes the code under test reads. The real method bodies then run.
+Two things can go silently wrong there, and this builder closes both:
+
+- an attribute the probe forgot surfaces as an ``AttributeError``, which the
+  transfer worker, ``pop_transferred`` and ``_send_abort_notification`` catch
+  and turn into behaviour;
+- an attribute the build's constructor *would* have set (a fork's own fix
+  state, a fork's own feature flag) reads as missing, so
+  ``getattr(self, name, default)`` and ``hasattr`` take a default the harness
+  chose.
+
+Every read of an attribute the probe did not give is therefore answered in
+one of four ways, each recorded with the kit:
+
+1. the build's constructor sets it (:mod:`harness.construction`): the value
+   this build's own code computes -- a fork's flag default, a fork's own
+   state container -- is set on the object and listed as a *build default*;
+2. the probe declared it ``absent`` (the real object lacks it too): a plain
+   ``AttributeError``, listed as a *fallback*;
+3. only a non-constructor method of the class assigns it (lazily created
+   state): a plain ``AttributeError``, exactly what the real object does
+   before that method ran, listed as a fallback;
+4. anything else, or a constructor expression the harness cannot evaluate:
+   :class:`MissingFakeAttribute`, a ``BaseException`` no ``except Exception``
+   can swallow, naming the attribute -- a probe error, never a verdict.
+
+Flags a probe must force (``forced=``) are set, and the build's own default
+for them is evaluated and reported beside the verdict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from difflab.probe.kit import Kit, MissingFakeAttribute
+from difflab.probe.kit import Kit, MissingFakeAttribute, is_plain_callable
+from harness.construction import NotEvaluable, build_default, describe, lookup, source_line
 
 T = TypeVar("T")
 
+_ENV_NAME = re.compile(r"\bSGLANG_[A-Z0-9_]+\b")
 
-def strict_instance(
+
+def _known_parameters() -> dict[str, Any]:
+    """Constructor arguments the harness can supply for real: the published server config."""
+    from harness.runtime import published_server_args
+
+    args = published_server_args()
+    return {"server_args": args} if args is not None else {}
+
+
+def _guarded(kit: Kit, name: str, key: str, value: Any) -> Any:
+    """Callables a probe hands a real object are fakes too: exceptions inside them are recorded."""
+    if is_plain_callable(value):
+        return kit.guard(value, f"{name}.{key}")
+    return value
+
+
+def real_object(
     kit: Kit,
     cls: type[T],
     name: str,
+    *,
     class_attrs: dict[str, Any] | None = None,
-    lenient: Callable[[str], Any] | None = None,
+    forced: dict[str, Any] | None = None,
+    absent: Iterable[str] = (),
     **attrs: Any,
 ) -> T:
-    """A real ``cls`` object (no ``__init__``) holding exactly ``attrs``.
+    """A real ``cls`` object (no ``__init__``) holding ``attrs``; every other read is answered honestly.
 
     ``class_attrs`` go on a fresh per-object subclass: they shadow class-level
-    state such as the decode receiver's shared socket cache, so a scenario never
-    sees a socket another scenario created. ``lenient(name)`` may supply a
-    value for a missing name instead (return ``None`` to stay strict): for an
-    API a future fix may add under a name the probe can only pattern-match.
+    state such as the decode receiver's shared socket cache. ``forced`` are
+    switches the scenario needs on whatever this build defaults to (recorded
+    with that default). ``absent`` are attributes the real object lacks as
+    well, so SGLang's own ``getattr``/``hasattr`` defaults are the right answer.
     """
+    absent_names = frozenset(absent)
+    evaluating: list[str] = []  # attributes whose constructor expression is being evaluated
 
     def missing(self: Any, item: str) -> Any:
         if item.startswith("__") and item.endswith("__"):
             raise AttributeError(item)
-        supplied = lenient(item) if lenient is not None else None
-        if supplied is not None:
-            setattr(self, item, supplied)
-            return supplied
         qualified = f"{name}.{item}"
+        if evaluating:
+            qualified += " (read while evaluating " + " -> ".join(evaluating) + ")"
+        if item in absent_names:
+            kit.fallback(qualified, "declared absent by the probe")
+            raise AttributeError(item)
+        found = lookup(cls, item)
+        if found.constructed:
+            evaluating.append(item)
+            try:
+                value, assignment = build_default(self, cls, item, _known_parameters())
+            except NotEvaluable as exc:
+                kit.missing_attributes.append(qualified)
+                raise MissingFakeAttribute(
+                    f"real {cls.__name__} object {qualified}: the build's constructor sets it, but {exc}; "
+                    "the probe must give it"
+                ) from None
+            finally:
+                evaluating.pop()
+            object.__setattr__(self, item, value)
+            kit.build_default(qualified, describe(value), source_line(assignment))
+            return value
+        if found.assigned_elsewhere:
+            kit.fallback(qualified, "created lazily by " + ", ".join(found.assigned_elsewhere))
+            raise AttributeError(item)
         kit.missing_attributes.append(qualified)
-        raise MissingFakeAttribute(f"real {cls.__name__} object {qualified} was not given by the probe")
+        raise MissingFakeAttribute(
+            f"real {cls.__name__} object {qualified} was read, but neither the probe nor the build's "
+            "constructor gives it"
+        )
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
     namespace.update(class_attrs or {})
     strict_cls = type(cls.__name__, (cls,), namespace)
+    strict_cls.__qualname__ = cls.__qualname__
     obj = object.__new__(strict_cls)
     for key, value in attrs.items():
-        setattr(obj, key, value)
+        object.__setattr__(obj, key, _guarded(kit, name, key, value))
+    for key, value in (forced or {}).items():
+        object.__setattr__(obj, key, value)
+        _record_forced(kit, obj, cls, name, key, value)
     return obj
+
+
+def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: Any) -> None:
+    found = lookup(cls, key)
+    if not found.constructed:
+        kit.forced_flag(f"{name}.{key}", value, None, "this build's constructor does not set it", [])
+        return
+    try:
+        default, assignment = build_default(obj, cls, key, _known_parameters())
+    except NotEvaluable as exc:
+        kit.forced_flag(f"{name}.{key}", value, None, f"cannot evaluate: {exc}", [])
+        return
+    origin = source_line(assignment)
+    kit.forced_flag(f"{name}.{key}", value, default, origin, sorted(set(_ENV_NAME.findall(assignment.text))))
+
+
+def strict_instance(kit: Kit, cls: type[T], name: str, **kwargs: Any) -> T:
+    """Kept for the probes' vocabulary: :func:`real_object`."""
+    return real_object(kit, cls, name, **kwargs)

@@ -30,6 +30,12 @@ class Observation:
     events: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     error: str | None = None
+    defaults: list[dict[str, Any]] = field(default_factory=list)
+    """Attributes harness-built objects took from this build's own constructor code."""
+    forced: list[dict[str, Any]] = field(default_factory=list)
+    """Switches the probe forced on this build, each with the build's own default."""
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    """Reads that fell back (AttributeError) because the real object lacks the attribute too."""
     sglang_version: str | None = None
     duration_s: float = 0.0
     runner: str = ""

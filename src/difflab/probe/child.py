@@ -26,7 +26,18 @@ from typing import Any
 from difflab.environment import stubs
 from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
 
-RESULT_KEYS = ("status", "fields", "events", "problems", "error", "sglang_version", "duration_s")
+RESULT_KEYS = (
+    "status",
+    "fields",
+    "events",
+    "problems",
+    "error",
+    "sglang_version",
+    "duration_s",
+    "defaults",
+    "forced",
+    "fallbacks",
+)
 
 
 def load_probe(path: Path) -> Any:
@@ -83,6 +94,9 @@ def run_probe(path: Path, kit: Kit | None = None) -> dict[str, Any]:
         result["error"] = "observation not trustworthy: " + "; ".join(p.splitlines()[0] for p in problems)
     result["problems"] = problems
     result["events"] = kit.events
+    result["defaults"] = kit.defaults
+    result["forced"] = kit.forced
+    result["fallbacks"] = kit.fallbacks
     result["duration_s"] = round(time.perf_counter() - started, 6)
     return result
 

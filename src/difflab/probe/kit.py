@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import re
 import traceback
@@ -27,6 +28,15 @@ class MissingFakeAttribute(BaseException):
     handlers cannot swallow it; the kit records it as well, in case code
     catches ``BaseException``.
     """
+
+
+class EndOfScenario(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised by a fake on purpose to end an SGLang loop (a drained queue); never recorded as a problem.
+
+    Any exception class with a true ``ends_scenario`` attribute is treated the same way.
+    """
+
+    ends_scenario = True
 
 
 class ProbeFailure(Exception):
@@ -73,6 +83,11 @@ class Recorder:
         return f"<Recorder {self.name} x{self.count}>"
 
 
+def is_plain_callable(value: Any) -> bool:
+    """A function, lambda, bound method or partial a probe wrote: what :meth:`Kit.guard` wraps."""
+    return inspect.isfunction(value) or inspect.ismethod(value) or isinstance(value, functools.partial)
+
+
 class StrictFake:
     """A stand-in for a GPU, transport or network collaborator.
 
@@ -84,7 +99,15 @@ class StrictFake:
         object.__setattr__(self, "_kit", kit)
         object.__setattr__(self, "_name", name)
         for key, value in attrs.items():
-            object.__setattr__(self, key, value)
+            setattr(self, key, value)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # Every callable of a fake runs under the kit's guard: an exception inside it is
+        # recorded before SGLang can swallow it (``_send_abort_ack`` logs such at debug level).
+        if is_plain_callable(value):
+            kit: Kit = object.__getattribute__(self, "_kit")
+            value = kit.guard(value, f"{object.__getattribute__(self, '_name')}.{key}")
+        object.__setattr__(self, key, value)
 
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__") and item.endswith("__"):
@@ -112,12 +135,23 @@ class LoggedError:
         return {"logger": self.logger, "level": self.level, "message": self.message, "exc": self.exc}
 
 
+# SGLang's PD code swallows exceptions at DEBUG level (``_send_abort_ack``,
+# ``_send_abort_notification``); a record from there that carries an exception is a problem.
+WATCHED_LOGGER = "sglang.srt.disaggregation"
+
+
 class _Collector(logging.Handler):
+    """ERROR-or-worse from every logger; any level from the PD code when it carries an exception."""
+
     def __init__(self, sink: list[LoggedError]) -> None:
-        super().__init__(level=logging.ERROR)
+        super().__init__(level=logging.DEBUG)
         self.sink = sink
 
     def emit(self, record: logging.LogRecord) -> None:
+        carries = bool(record.exc_info and record.exc_info[1] is not None)
+        watched = record.name == WATCHED_LOGGER or record.name.startswith(WATCHED_LOGGER + ".")
+        if record.levelno < logging.ERROR and not (carries and watched):
+            return
         exc = None
         if record.exc_info and record.exc_info[1] is not None:
             exc = "".join(traceback.format_exception(*record.exc_info)).strip()
@@ -126,6 +160,18 @@ class _Collector(logging.Handler):
         except Exception:  # a malformed log call must not hide the record
             message = str(record.msg)
         self.sink.append(LoggedError(record.name, record.levelname, message, exc))
+
+
+class _Below(logging.Filter):
+    """Drops PD records below the level they were shown at before the kit opened them up."""
+
+    def __init__(self, threshold: int) -> None:
+        super().__init__()
+        self.threshold = threshold
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        watched = record.name == WATCHED_LOGGER or record.name.startswith(WATCHED_LOGGER + ".")
+        return not (watched and record.levelno < self.threshold)
 
 
 @dataclass
@@ -137,6 +183,12 @@ class Kit:
     raised: list[str] = field(default_factory=list)
     logged_errors: list[LoggedError] = field(default_factory=list)
     allowed_log_patterns: list[re.Pattern[str]] = field(default_factory=list)
+    defaults: list[dict[str, Any]] = field(default_factory=list)
+    """Attributes a harness-built object took from the build's own constructor code."""
+    forced: list[dict[str, Any]] = field(default_factory=list)
+    """Switches the probe forced, each with the build's own default for it."""
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    """Reads answered with AttributeError because the real object lacks the attribute as well."""
 
     # -- what SGLang is this? -------------------------------------------------
     @functools.cached_property
@@ -174,10 +226,30 @@ class Kit:
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
-                self.raised.append(f"{label}: {type(exc).__name__}: {exc}")
+                if not getattr(exc, "ends_scenario", False):
+                    self.raised.append(f"{label}: {type(exc).__name__}: {exc}")
                 raise
 
         return wrapper
+
+    # -- what a harness-built object took from where ---------------------------
+    def build_default(self, attribute: str, value: str, origin: str) -> None:
+        """``attribute`` was not given by the probe; the build's constructor code gave ``value``."""
+        self.defaults.append({"attribute": attribute, "value": value, "from": origin})
+
+    def forced_flag(self, attribute: str, value: Any, default: Any, origin: str, env: list[str]) -> None:
+        """The probe set switch ``attribute`` to ``value``; this build would default it to ``default``."""
+        if not isinstance(default, bool | int | float | str | type(None)):
+            default = repr(default)
+        entry = {"attribute": attribute, "value": value, "build_default": default, "from": origin, "env": env}
+        if entry not in self.forced:
+            self.forced.append(entry)
+
+    def fallback(self, attribute: str, why: str) -> None:
+        """A read of ``attribute`` raised AttributeError on purpose (the real object lacks it too)."""
+        entry = {"attribute": attribute, "why": why}
+        if entry not in self.fallbacks:
+            self.fallbacks.append(entry)
 
     # -- events and logs -----------------------------------------------------
     def event(self, name: str, **data: Any) -> None:
@@ -190,14 +262,30 @@ class Kit:
 
     @contextlib.contextmanager
     def capture_logs(self) -> Iterator[None]:
-        """Collect ERROR records from every logger while the body runs."""
+        """Collect ERROR records from every logger, and exception-carrying PD records at any level.
+
+        The PD loggers are opened down to DEBUG while the body runs; the records
+        this adds are kept out of the other handlers (the probe's log stays as it was).
+        """
         handler = _Collector(self.logged_errors)
         root = logging.getLogger()
+        watched = logging.getLogger(WATCHED_LOGGER)
+        threshold = watched.getEffectiveLevel()
+        quiet = _Below(threshold)
+        loggers = [root, *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+        others = [h for lg in loggers for h in lg.handlers]
+        for other in others:
+            other.addFilter(quiet)
+        saved_level = watched.level
+        watched.setLevel(logging.DEBUG)
         root.addHandler(handler)
         try:
             yield
         finally:
             root.removeHandler(handler)
+            watched.setLevel(saved_level)
+            for other in others:
+                other.removeFilter(quiet)
 
     def unexpected_logs(self) -> list[LoggedError]:
         """Logged errors that carry an exception or match no allowed pattern."""
