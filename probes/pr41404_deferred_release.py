@@ -175,7 +175,8 @@ def unnotifiable(kit: Kit) -> dict[str, Any]:
     rank = _scenario(kit, rid="pr41404-004", notifiable=False)
     with rank.running():
         _prefill_reports_failure(rank)
-        return _pop(rank)
+        first = _pop(rank)
+        return {**first, "outcome": _outcome(rank, first["released_immediately"])}
 
 
 def no_capability(kit: Kit) -> dict[str, Any]:

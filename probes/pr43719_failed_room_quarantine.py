@@ -82,7 +82,28 @@ def failed(kit: Kit) -> dict[str, Any]:
     }
 
 
+def succeeded(kit: Kit) -> dict[str, Any]:
+    """Control: a room whose transfer succeeded is concluded the way the inflight queue does it.
+
+    ``process_disagg_prefill_inflight_queue`` hands a finished request's KV to the
+    real ``release_kv_cache`` with insertion on: the tree keeps it as a prefix, on
+    every release. It shows the tree fake recognises an insert at all, so a
+    ``failed.radix_inserted = false`` cannot come from a fake that never sees one.
+    """
+    import inspect
+
+    from sglang.srt.mem_cache import common
+
+    req = new_req("pr43719b-002", PROMPT_TOKENS)
+    hold_kv(req, tokens=PROMPT_TOKENS)
+    tree = fake_prefill_tree_cache(kit)
+    # release_kv_cache(req, cache, is_insert=True) (<= 0.5.21) / (req, cache, *, checkpoint) (0.5.22+)
+    keep = {"checkpoint": True} if "checkpoint" in inspect.signature(common.release_kv_cache).parameters else {}
+    common.release_kv_cache(req, tree.fake, **keep)
+    return {"succeeded.radix_inserted": radix_inserted(tree)}
+
+
 def observe(kit: Kit) -> dict[str, Any]:
     # The worker marks the Mooncake session dead after the failed write, at ERROR.
     kit.allow_log(r"^Session decode-session-0 failed\.$")
-    return failed(kit)
+    return {**failed(kit), **succeeded(kit)}

@@ -30,6 +30,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 import textwrap
@@ -48,6 +49,10 @@ _INDEX_SCHEMA = 1
 
 class NotEvaluable(Exception):  # noqa: N818 - reads as an answer
     """The build sets the attribute, but from something the harness cannot (or must not) evaluate."""
+
+
+class NoBranchApplies(NotEvaluable):
+    """Every constructor assignment of the attribute sits in a branch that does not run here."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +367,25 @@ def class_index(cls: type) -> ClassIndex:
     return index
 
 
+def shadowed_class_values(cls: type) -> dict[str, Any]:
+    """Plain class-level values that the constructor also assigns (``enable_x: bool = False`` on a base).
+
+    Normal attribute lookup finds these, so an object built without ``__init__``
+    would silently read the class value where the build's constructor computes
+    another one; the harness answers them like missing attributes instead.
+    """
+    out: dict[str, Any] = {}
+    names = class_index(cls).assignments
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if name in names and not name.startswith("__"):
+                if callable(value) or hasattr(value, "__get__"):
+                    out.pop(name, None)  # a method or descriptor: not a plain default
+                else:
+                    out[name] = value
+    return out
+
+
 def lookup(cls: type, attribute: str) -> Lookup:
     """How the construction code of ``cls`` (from the materialised source) sets ``attribute``."""
     index = class_index(cls)
@@ -412,6 +436,12 @@ class _Scope(dict):
         scope = class_index_scope(self._assignment).get(name, ())
         earlier = [(n, t) for n, t in scope if n < self._lineno]
         if not earlier:
+            stored = _STORED.get(self._assignment.scope_key, {}).get(name)
+            if stored is not None and stored in vars(self._obj):
+                # a constructor argument the function also kept: ``self.mode = mode``
+                value = vars(self._obj)[stored]
+                self[name] = value
+                return value
             raise KeyError(name)  # a module global or builtin: eval looks there next
         lineno, text = earlier[-1]  # the last simple ``name = ...`` before the use
         value = _evaluate(self._obj, self._assignment, text, lineno, self._parameters, self._depth + 1)
@@ -420,6 +450,7 @@ class _Scope(dict):
 
 
 _SCOPES: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {}
+_STORED: dict[str, dict[str, str]] = {}  # scope_key -> argument name -> attribute it is stored in
 
 
 def class_index_scope(assignment: Assignment) -> dict[str, tuple[tuple[int, str], ...]]:
@@ -471,6 +502,10 @@ def build_default(obj: Any, cls: type, attribute: str, known: dict[str, Any]) ->
     """
     index = class_index(cls)
     _SCOPES.update(index.locals)
+    for assignments in index.assignments.values():
+        for a in assignments:
+            if a.text.isidentifier() and not a.conditions:
+                _STORED.setdefault(a.scope_key, {}).setdefault(a.text, a.attribute)
     found = index.assignments.get(attribute, ())
     if not found:
         raise NotEvaluable(f"the constructor of {cls.__name__} does not set {attribute!r}")
@@ -486,7 +521,7 @@ def build_default(obj: Any, cls: type, attribute: str, known: dict[str, Any]) ->
             )
         applicable.append((assignment, parameters))
     if not applicable:
-        raise NotEvaluable(f"no branch of the constructor of {cls.__name__} that runs here sets {attribute!r}")
+        raise NoBranchApplies(f"no branch of the constructor of {cls.__name__} that runs here sets {attribute!r}")
     results: list[tuple[Any, Assignment]] = []
     for assignment, parameters in applicable:
         try:
@@ -521,8 +556,12 @@ def _equal(a: Any, b: Any) -> bool:
         return False
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def describe(value: Any) -> str:
-    text = repr(value)
+    """A short, stable text for a value (object addresses dropped, so observations repeat exactly)."""
+    text = _ADDRESS.sub("", repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -38,7 +38,15 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from difflab.probe.kit import Kit, MissingFakeAttribute, is_plain_callable
-from harness.construction import NotEvaluable, build_default, describe, lookup, source_line
+from harness.construction import (
+    NoBranchApplies,
+    NotEvaluable,
+    build_default,
+    describe,
+    lookup,
+    shadowed_class_values,
+    source_line,
+)
 
 T = TypeVar("T")
 
@@ -116,6 +124,10 @@ def real_object(
         )
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
+    given = set(attrs) | set(forced or {}) | set(class_attrs or {})
+    for key, class_value in shadowed_class_values(cls).items():
+        if key not in given:
+            namespace[key] = _ConstructorDefault(kit, cls, name, key, class_value)
     namespace.update(class_attrs or {})
     strict_cls = type(cls.__name__, (cls,), namespace)
     strict_cls.__qualname__ = cls.__qualname__
@@ -126,6 +138,39 @@ def real_object(
         object.__setattr__(obj, key, value)
         _record_forced(kit, obj, cls, name, key, value)
     return obj
+
+
+class _ConstructorDefault:
+    """A class-level default the constructor overrides: answered with the constructor's value.
+
+    ``BaseKVManager.enable_deferred_decode_kv_release = False`` is what a
+    ``__new__``-built manager would read, while this build's constructor may
+    compute True. The class value stands only where no constructor branch that
+    runs here assigns the attribute.
+    """
+
+    def __init__(self, kit: Kit, cls: type, name: str, attribute: str, class_value: Any) -> None:
+        self.kit, self.cls, self.name, self.attribute, self.class_value = kit, cls, name, attribute, class_value
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self.class_value
+        qualified = f"{self.name}.{self.attribute}"
+        try:
+            value, assignment = build_default(obj, self.cls, self.attribute, _known_parameters())
+        except NoBranchApplies:
+            value = self.class_value
+            self.kit.build_default(qualified, describe(value), "class attribute (no constructor branch here sets it)")
+        except NotEvaluable as exc:
+            self.kit.missing_attributes.append(qualified)
+            raise MissingFakeAttribute(
+                f"real {self.cls.__name__} object {qualified}: the class says {self.class_value!r}, but the "
+                f"build's constructor sets it and {exc}; the probe must give it"
+            ) from None
+        else:
+            self.kit.build_default(qualified, describe(value), source_line(assignment))
+        object.__setattr__(obj, self.attribute, value)
+        return value
 
 
 def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: Any) -> None:

@@ -199,7 +199,7 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         else:  # one side of a CI fan-out: verdicts come from `difflab merge`
             exit_code = 0 if all(o.status != "error" for o in all_obs) else 1
         if req.selfcheck:
-            from difflab.selfcheck import run_selfcheck, write_selfcheck
+            from difflab.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
 
             heads = {
                 fid: src
@@ -207,8 +207,9 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
                 if side == "head" and isinstance(src, MaterialisedSource)
             }
             checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
-            write_selfcheck(work, checks)
-            if not all(c.passed for c in checks):
+            coverage = hunk_coverage(fixes, heads, checks)
+            write_selfcheck(work, checks, coverage)
+            if not selfcheck_passed(checks, coverage):
                 exit_code = 1
         finished = dt.datetime.now(dt.UTC)
         _write_run_files(work, req, matrix, fixes, sources, env, runner, started, finished, exit_code)

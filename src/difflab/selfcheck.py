@@ -26,7 +26,7 @@ from difflab.runner import ProbeJob
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import MaterialisedSource
 
-OUTCOMES = ("causal", "insensitive", "mutation-stale", "error")
+OUTCOMES = ("causal", "insensitive", "entangled", "mutation-stale", "error")
 
 
 @dataclass
@@ -41,6 +41,7 @@ class MutationResult:
     reason: str
     probes: dict[str, str] = field(default_factory=dict)  # probe -> classification under the mutation
     observations: list[dict[str, Any]] = field(default_factory=list)
+    hunks: list[str] = field(default_factory=list)  # the fix's paths this mutation reverts
 
     @property
     def passed(self) -> bool:
@@ -106,6 +107,7 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
             reason=reason,
             probes=probes,
             observations=[o.to_dict() for o in obs.values()],
+            hunks=list(mutation.hunks),
         )
 
     classes = {spec.name: classify(obs.get(spec.name), spec).value for spec in fix.probes}
@@ -123,15 +125,41 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
             classes,
         )
     specs = {s.name: s for s in fix.probes}
+    if mutation.hunks:
+        targeted = [pf for h in mutation.hunks for pf in fix.hunk(h).observed()]
+    else:
+        targeted = [(name, f) for name in mutation.targets for f in specs[name].expect]
     unflipped = [
-        f"{name}:{f}"
-        for name in mutation.targets
-        for f, pair in specs[name].expect.items()
-        if field_side(obs[name].fields.get(f), pair) != "base"
+        f"{name}:{f}" for name, f in targeted if field_side(obs[name].fields.get(f), specs[name].expect[f]) != "base"
     ]
     if unflipped:
         return result(
             "insensitive", "targeted field(s) did not return to the base behaviour: " + ", ".join(unflipped), classes
+        )
+    if mutation.hunks:
+        # every other path of the fix must keep its head behaviour: the mutation reverts its hunk, not the fix
+        others = [h for h in fix.hunks if h.id not in mutation.hunks]
+        moved = [
+            f"{h.id} ({name}:{f})"
+            for h in others
+            for name, f in h.observed()
+            if (name, f) not in targeted and field_side(obs[name].fields.get(f), specs[name].expect[f]) != "head"
+        ]
+        if moved:
+            return result(
+                "entangled",
+                "reverting "
+                + ", ".join(mutation.hunks)
+                + " also moved other path(s): "
+                + ", ".join(moved)
+                + " -- the matrix's hunk fields or the mutation are too broad",
+                classes,
+            )
+        return result(
+            "causal",
+            f"reverting {', '.join(mutation.hunks)} brings back its base behaviour; the fix's other paths and "
+            "every control hold",
+            classes,
         )
     return result("causal", "reverting the fix's lines brings back the base behaviour; controls hold", classes)
 
@@ -205,13 +233,62 @@ def run_selfcheck(
     return sorted(results, key=lambda r: (order.get(r.fix, 0), r.mutation))
 
 
-def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
+@dataclass
+class HunkCoverage:
+    """Which of a fix's declared paths have a mutation that was shown to be causal."""
+
+    fix: str
+    hunks: list[str]
+    covered: list[str]
+    note: str = ""
+
+    @property
+    def uncovered(self) -> list[str]:
+        return [h for h in self.hunks if h not in self.covered]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"uncovered": self.uncovered}
+
+
+def hunk_coverage(fixes: list[Fix], heads: dict[str, Any], results: list[MutationResult]) -> list[HunkCoverage]:
+    """Per fix: hunks with a causal mutation. A fix without a head source has nothing to revert (not counted)."""
+    out = []
+    for fix in fixes:
+        if fix.id not in heads:
+            out.append(HunkCoverage(fix.id, [h.id for h in fix.hunks], [], "head unavailable: not counted"))
+            continue
+        if not fix.hunks:
+            out.append(HunkCoverage(fix.id, ["(no hunks declared)"], [], "declare the fix's paths as [[fixes.hunks]]"))
+            continue
+        causal = {h for r in results if r.fix == fix.id and r.passed for h in r.hunks}
+        out.append(HunkCoverage(fix.id, [h.id for h in fix.hunks], [h.id for h in fix.hunks if h.id in causal]))
+    return out
+
+
+def coverage_ratio(coverage: list[HunkCoverage]) -> tuple[int, int]:
+    counted = [c for c in coverage if not c.note.startswith("head unavailable")]
+    return sum(len(c.covered) for c in counted), sum(len(c.hunks) for c in counted)
+
+
+def selfcheck_passed(results: list[MutationResult], coverage: list[HunkCoverage]) -> bool:
+    covered, total = coverage_ratio(coverage)
+    return bool(results) and all(r.passed for r in results) and covered == total
+
+
+def write_selfcheck(folder: Path, results: list[MutationResult], coverage: list[HunkCoverage] | None = None) -> None:
     """selfcheck.json, selfcheck-junit.xml and selfcheck.md beside the run's other results."""
     import json
 
     from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 
-    doc = {"schema": 1, "passed": all(r.passed for r in results), "mutations": [r.to_dict() for r in results]}
+    coverage = coverage or []
+    covered, total = coverage_ratio(coverage)
+    doc = {
+        "schema": 1,
+        "passed": selfcheck_passed(results, coverage) if coverage else all(r.passed for r in results),
+        "hunk_coverage": {"covered": covered, "hunks": total, "fixes": [c.to_dict() for c in coverage]},
+        "mutations": [r.to_dict() for r in results],
+    }
     (folder / "selfcheck.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     suite = TestSuite("difflab-selfcheck")
     for r in results:
@@ -220,6 +297,11 @@ def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
             case.result = [Error(r.reason, r.outcome)]
         elif r.outcome != "causal":
             case.result = [Failure(r.reason, r.outcome)]
+        suite.add_testcase(case)
+    for c in coverage:
+        case = TestCase(name="hunk-coverage", classname=f"selfcheck.{c.fix}")
+        if c.uncovered and not c.note.startswith("head unavailable"):
+            case.result = [Failure("no causal mutation for: " + ", ".join(c.uncovered), "uncovered")]
         suite.add_testcase(case)
     xml = JUnitXml()
     xml.add_testsuite(suite)
@@ -230,11 +312,20 @@ def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
         "Each mutation reverts only the fix's essential lines in the head source; the targeted probes",
         "must return to the base behaviour while controls hold.",
         "",
-        "| fix | mutation | file | head | outcome | reason |",
-        "|---|---|---|---|---|---|",
+        f"Hunk coverage: {covered}/{total} declared paths have a causal mutation.",
+        "",
+        "| fix | mutation | hunks | file | head | outcome | reason |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | {r.reason.replace('|', '/')} |"
+            f"| {r.fix} | `{r.mutation}` | {', '.join(r.hunks)} | `{r.file}` | {r.head} | {r.outcome} "
+            f"| {r.reason.replace('|', '/')} |"
         )
+    if coverage:
+        lines += ["", "| fix | paths | covered | not covered | note |", "|---|---|---|---|---|"]
+        for c in coverage:
+            lines.append(
+                f"| {c.fix} | {len(c.hunks)} | {len(c.covered)} | {', '.join(c.uncovered) or '-'} | {c.note or '-'} |"
+            )
     (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")

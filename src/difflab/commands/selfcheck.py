@@ -14,7 +14,7 @@ from difflab.paths import default_matrix, repo_root
 from difflab.pipeline import RunRequest, make_runner, side_pin
 from difflab.progress import Reporter
 from difflab.runfolder import atomic_folder
-from difflab.selfcheck import run_selfcheck, write_selfcheck
+from difflab.selfcheck import coverage_ratio, hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
 from difflab.source import backend_for
 
 NAME = "selfcheck"
@@ -47,7 +47,9 @@ def main(args: argparse.Namespace) -> int:
     out = (args.out or repo_root() / "results" / f"selfcheck-{stamp}").resolve()
     with atomic_folder(out) as work:
         results = run_selfcheck(fixes, heads, runner, work, reporter.track)
-        write_selfcheck(work, results)
+        coverage = hunk_coverage(fixes, heads, results)
+        passed = selfcheck_passed(results, coverage)
+        write_selfcheck(work, results, coverage)
         shutil.copyfile(matrix.path, work / "matrix.toml")
         (work / "run.json").write_text(
             json.dumps(
@@ -57,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
                     "command": "selfcheck",
                     "fixes": [f.id for f in fixes],
                     "started_at": stamp,
-                    "exit_code": 0 if all(r.passed for r in results) else 1,
+                    "exit_code": 0 if passed else 1,
                 },
                 indent=2,
                 sort_keys=True,
@@ -67,5 +69,11 @@ def main(args: argparse.Namespace) -> int:
     for r in results:
         colour = "green" if r.passed else "red"
         reporter.console.print(f"  {r.fix:>7} {r.mutation:<40} [{colour}]{r.outcome}[/{colour}]  {r.reason}")
+    covered, total = coverage_ratio(coverage)
+    for c in coverage:
+        if c.uncovered and not c.note.startswith("head unavailable"):
+            reporter.console.print(f"  {c.fix:>7} [red]paths without a causal mutation[/red]: {', '.join(c.uncovered)}")
+    share = f"{100 * covered / total:.0f} %" if total else "n/a"
+    reporter.console.print(f"hunk coverage: {covered}/{total} ({share})")
     reporter.console.print(f"results: {out}")
-    return 0 if results and all(r.passed for r in results) else 1
+    return 0 if passed else 1

@@ -1,15 +1,22 @@
-"""Does one source carry a fix? Each probe's observation against the matrix's declared values.
+"""Does one source carry a fix? Each path the fix changes, observed on the source, against the matrix.
 
 One answer shared by ``backport`` (a fork's ref), ``bisect`` (each commit)
 and ``contains`` (each release).
 
-The declared ``expect`` pairs are the reference: a probe is *head-like*
-when every expected field has its head (fixed) value and *base-like* when
-every one has its base (bug) value (:func:`difflab.diff.classify.classify`).
-Controls must hold either way, or the behaviour is not attributable to the
-fix. Per fix: ``present`` (every probe head-like), ``absent`` (every probe
-base-like), ``partial`` (some each; the report names which), ``error``
-(no trustworthy answer: probe error, control off, a field matching neither).
+The declared ``expect`` pairs are the reference. The matrix splits a fix into
+*hunks*: the code paths it changes, each observed by named expect fields. A
+path is *head-like* when every one of its fields has its head (fixed) value
+and *base-like* when every one has its base (bug) value. Controls must hold
+either way, or the behaviour is not attributable to the fix. Per fix:
+``present`` (every path head-like), ``absent`` (every path base-like),
+``partial`` (some each, or a path mixed within itself; the reason names which
+path behaves like which side), ``error`` (no trustworthy answer: probe error,
+control off, a field matching neither side).
+
+``present`` therefore means: every path the matrix lists behaves like the
+fix's head on this source, under this build's own defaults -- except the
+switches a probe forces, which are reported beside the verdict with the
+build's default. It cannot speak for paths the matrix does not list.
 """
 
 from __future__ import annotations
@@ -53,6 +60,19 @@ class ProbeComparison:
 
 
 @dataclass
+class PathCheck:
+    """One code path of the fix (a matrix hunk) on this source."""
+
+    hunk: str
+    where: str  # "file: function"
+    like: str  # head | base | mixed | other | missing
+    fields: list[str]
+
+    def describe(self) -> str:
+        return f"{self.hunk} ({self.where})"
+
+
+@dataclass
 class BackportVerdict:
     """The verdict for one fix on one source, its probe comparisons and (for forks) the git evidence."""
 
@@ -65,6 +85,9 @@ class BackportVerdict:
     probes: list[ProbeComparison]
     evidence: dict[str, Any] = field(default_factory=dict)
     disagreements: list[str] = field(default_factory=list)
+    paths: list[PathCheck] = field(default_factory=list)
+    forced: list[str] = field(default_factory=list)
+    """Switches the probes forced, with this build's own default where it differs."""
 
     @property
     def passed(self) -> bool:
@@ -82,6 +105,8 @@ class BackportVerdict:
             "head_like": [p.probe for p in self.probes if p.like == "head"],
             "base_like": [p.probe for p in self.probes if p.like == "base"],
             "probes": [p.to_dict() for p in self.probes],
+            "paths": [asdict(p) for p in self.paths],
+            "forced": self.forced,
             "evidence": self.evidence,
             "disagreements": self.disagreements,
         }
@@ -132,25 +157,75 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     return ProbeComparison(spec.name, like, reason, checks, obs)
 
 
+def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
+    by_probe = {p.probe: {c.field: c for c in p.fields if c.kind == "expect"} for p in probes}
+    out = []
+    for hunk in fix.hunks:
+        sides = {
+            by_probe.get(probe, {}).get(name).like if name in by_probe.get(probe, {}) else "missing"
+            for probe, name in hunk.observed()
+        }
+        if sides == {"head"}:
+            like = "head"
+        elif sides == {"base"}:
+            like = "base"
+        elif sides & {"other", "missing"}:
+            like = "other" if "other" in sides else "missing"
+        else:
+            like = "mixed"
+        out.append(PathCheck(hunk.id, f"{hunk.file}: {hunk.function}", like, [f for _, f in hunk.observed()]))
+    return out
+
+
+def forced_notes(observations: dict[str, Observation]) -> list[str]:
+    """What the probes forced on this build, said the way an operator needs to hear it."""
+    notes: list[str] = []
+    for obs in observations.values():
+        for entry in obs.forced or []:
+            attribute = str(entry.get("attribute", "?"))
+            value, default = entry.get("value"), entry.get("build_default")
+            what = _switch_words(attribute)
+            env = entry.get("env") or []
+            if default is None:
+                note = f"{what} ({attribute}) is forced to {value!r} by the probe; {entry.get('from', '')}"
+            elif default == value:
+                note = f"{what} is {'on' if value is True else repr(value)} by default in this build ({attribute})"
+            else:
+                state = "off" if default is False else f"{default!r}"
+                unless = f": the fix is inactive unless {env[0]}=1" if env and value is True else ""
+                note = f"{what} is {state} by default in this build ({entry.get('from', attribute)}){unless}"
+            if note not in notes:
+                notes.append(note)
+    return notes
+
+
+def _switch_words(attribute: str) -> str:
+    name = attribute.rsplit(".", 1)[-1].removeprefix("enable_")
+    return " ".join("KV" if w == "kv" else w for w in name.split("_"))
+
+
 def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVerdict:
     """present / absent / partial / error for one fix from its probes' observations on one source."""
+    forced = forced_notes(observations)
 
-    def verdict(v: str, reason: str, probes: list[ProbeComparison]) -> BackportVerdict:
-        return BackportVerdict(fix.pr, fix.id, fix.part, fix.title, v, reason, probes)
+    def verdict(v: str, reason: str, probes: list[ProbeComparison], paths: list[PathCheck]) -> BackportVerdict:
+        return BackportVerdict(fix.pr, fix.id, fix.part, fix.title, v, reason, probes, paths=paths, forced=forced)
 
     if not fix.probes:
-        return verdict("error", "no probes declared for this fix in the matrix", [])
+        return verdict("error", "no probes declared for this fix in the matrix", [], [])
     probes = [compare_probe(spec, observations.get(spec.name)) for spec in fix.probes]
     untrusted = [p for p in probes if p.like in ("error", "control-drift", "other")]
     if untrusted:
-        return verdict("error", "; ".join(f"{p.probe}: {p.reason}" for p in untrusted), probes)
+        return verdict("error", "; ".join(f"{p.probe}: {p.reason}" for p in untrusted), probes, [])
+    if fix.hunks:
+        return _judge_paths(fix, probes, verdict)
     head = [p.probe for p in probes if p.like == "head"]
     base = [p.probe for p in probes if p.like == "base"]
     mixed = [p.probe for p in probes if p.like == "mixed"]
     if len(head) == len(probes):
-        return verdict("present", f"all {len(probes)} probe(s) behave like the fix's head; controls hold", probes)
+        return verdict("present", f"all {len(probes)} probe(s) behave like the fix's head; controls hold", probes, [])
     if len(base) == len(probes):
-        return verdict("absent", f"all {len(probes)} probe(s) behave like the fix's base (the bug)", probes)
+        return verdict("absent", f"all {len(probes)} probe(s) behave like the fix's base (the bug)", probes, [])
     parts = []
     if head:
         parts.append("like head: " + ", ".join(head))
@@ -158,4 +233,42 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
         parts.append("like base: " + ", ".join(base))
     if mixed:
         parts.append("mixed within the probe: " + ", ".join(mixed))
-    return verdict("partial", "; ".join(parts), probes)
+    return verdict("partial", "; ".join(parts), probes, [])
+
+
+def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> BackportVerdict:
+    paths = _path_checks(fix, probes)
+    unknown = [p for p in paths if p.like in ("other", "missing")]
+    if unknown:
+        return verdict(
+            "error", "path(s) with no usable observation: " + ", ".join(p.hunk for p in unknown), probes, paths
+        )
+    head = [p for p in paths if p.like == "head"]
+    base = [p for p in paths if p.like == "base"]
+    mixed = [p for p in paths if p.like == "mixed"]
+    if len(head) == len(paths):
+        return verdict(
+            "present",
+            f"every path the fix changes behaves like its head ({len(paths)}: "
+            + ", ".join(p.hunk for p in paths)
+            + "); controls hold",
+            probes,
+            paths,
+        )
+    if len(base) == len(paths):
+        return verdict(
+            "absent",
+            f"every path the fix changes behaves like its base, the bug ({len(paths)}: "
+            + ", ".join(p.hunk for p in paths)
+            + ")",
+            probes,
+            paths,
+        )
+    parts = []
+    if head:
+        parts.append("like head: " + ", ".join(p.describe() for p in head))
+    if base:
+        parts.append("like base: " + ", ".join(p.describe() for p in base))
+    if mixed:
+        parts.append("mixed within the path: " + ", ".join(p.describe() for p in mixed))
+    return verdict("partial", "; ".join(parts), probes, paths)

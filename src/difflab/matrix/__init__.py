@@ -4,6 +4,7 @@ from difflab.matrix.load import load_matrix
 from difflab.matrix.model import (
     CommitPin,
     Fix,
+    Hunk,
     Matrix,
     Mutation,
     ProbeSpec,
@@ -11,4 +12,4 @@ from difflab.matrix.model import (
     SidePin,
 )
 
-__all__ = ["CommitPin", "Fix", "Matrix", "Mutation", "ProbeSpec", "ReleasePin", "SidePin", "load_matrix"]
+__all__ = ["CommitPin", "Fix", "Hunk", "Matrix", "Mutation", "ProbeSpec", "ReleasePin", "SidePin", "load_matrix"]

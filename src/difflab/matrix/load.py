@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.errors import ConfigError
-from difflab.matrix.model import CommitPin, Fix, Matrix, Mutation, ProbeSpec, ReleasePin, SidePin
+from difflab.matrix.model import CommitPin, Fix, Hunk, Matrix, Mutation, ProbeSpec, ReleasePin, SidePin
 
 SCHEMA = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -31,7 +31,9 @@ _FIX_KEYS = {
     "upstream_tests",
     "probes",
     "mutations",
+    "hunks",
 }
+_HUNK_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
 class _Where:
@@ -93,7 +95,7 @@ def _side(w: _Where, where: str, raw: Any, releases: dict[str, ReleasePin]) -> S
 
 def _probe(w: _Where, where: str, raw: Any) -> ProbeSpec:
     table = _table(w, where, raw)
-    unknown = set(table) - {"name", "expect", "controls"}
+    unknown = set(table) - {"name", "expect", "controls", "channels"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     name = _str(w, f"{where}.name", table.get("name"))
@@ -114,12 +116,78 @@ def _probe(w: _Where, where: str, raw: Any) -> ProbeSpec:
     overlap = set(expect) & set(controls)
     if overlap:
         raise w.fail(where, f"field(s) {sorted(overlap)} are both expected to change and controls")
-    return ProbeSpec(name=name, expect=expect, controls=controls)
+    channels = _channels(w, f"{where}.channels", table.get("channels", {}), expect, controls)
+    return ProbeSpec(name=name, expect=expect, controls=controls, channels=channels)
 
 
-def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str]) -> Mutation:
+def channel(field: str) -> str:
+    """What a field measures: its name without the scenario (``failed.acks`` -> ``acks``)."""
+    return field.split(".", 1)[1] if "." in field else field
+
+
+def _channels(
+    w: _Where, where: str, raw: Any, expect: dict[str, tuple[Any, Any]], controls: dict[str, Any]
+) -> dict[str, str]:
+    """Every expect field needs a control measured the same way, so a broken measurement cannot pass.
+
+    A field that never changes (an ack count stuck at 0 because the fake socket
+    is wired wrong) would read as "fixed" for an ack the fix withholds; a control
+    on the same channel that must read non-zero on both sides catches it. The
+    control is found by channel name, or named in ``channels``.
+    """
     table = _table(w, where, raw)
-    unknown = set(table) - {"name", "file", "find", "replace", "targets"}
+    explicit: dict[str, str] = {}
+    for field, control in table.items():
+        if field not in expect:
+            raise w.fail(f"{where}.{field!r}", "not an expect field of this probe")
+        if not isinstance(control, str) or control not in controls:
+            raise w.fail(f"{where}.{field!r}", f"{control!r} is not a control of this probe")
+        explicit[field] = control
+    by_channel: dict[str, list[str]] = {}
+    for control in controls:
+        by_channel.setdefault(channel(control), []).append(control)
+    for field in expect:
+        if field not in explicit and not by_channel.get(channel(field)):
+            raise w.fail(
+                f"{where.rsplit('.', 1)[0]}.expect.{field!r}",
+                f"no control measures {channel(field)!r}: add a control scenario's "
+                f"'<scenario>.{channel(field)}' (or map the field in channels)",
+            )
+    return explicit
+
+
+def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> Hunk:
+    table = _table(w, where, raw)
+    unknown = set(table) - {"id", "file", "function", "change", "fields"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    hunk_id = _str(w, f"{where}.id", table.get("id"))
+    assert hunk_id is not None
+    if not _HUNK_ID.match(hunk_id):
+        raise w.fail(f"{where}.id", f"{hunk_id!r}: use lowercase letters, digits and '-'")
+    file = _str(w, f"{where}.file", table.get("file"))
+    function = _str(w, f"{where}.function", table.get("function"))
+    change = _str(w, f"{where}.change", table.get("change"))
+    assert file and function and change
+    fields_raw = _table(w, f"{where}.fields", table.get("fields", {}))
+    if not fields_raw:
+        raise w.fail(f"{where}.fields", "name the probe fields that observe this path ({probe = [fields]})")
+    fields: dict[str, tuple[str, ...]] = {}
+    for probe, names in fields_raw.items():
+        if probe not in probes:
+            raise w.fail(f"{where}.fields.{probe}", "not one of this fix's probes")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise w.fail(f"{where}.fields.{probe}", "expected a non-empty list of expect field names")
+        for name in names:
+            if name not in probes[probe].expect:
+                raise w.fail(f"{where}.fields.{probe}", f"{name!r} is not an expect field of {probe}")
+        fields[probe] = tuple(names)
+    return Hunk(id=hunk_id, file=file, function=function, change=change, fields=fields)
+
+
+def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dict[str, Hunk]) -> Mutation:
+    table = _table(w, where, raw)
+    unknown = set(table) - {"name", "file", "find", "replace", "targets", "hunks"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     name = _str(w, f"{where}.name", table.get("name"))
@@ -131,13 +199,25 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str]) -> Mutatio
     assert name and file and find
     if file.startswith("/") or ".." in Path(file).parts:
         raise w.fail(f"{where}.file", "must be a path relative to the source root")
-    targets = table.get("targets")
+    reverted = table.get("hunks", [])
+    if not isinstance(reverted, list) or not all(isinstance(h, str) for h in reverted):
+        raise w.fail(f"{where}.hunks", "expected a list of hunk ids")
+    for h in reverted:
+        if h not in hunks:
+            raise w.fail(f"{where}.hunks", f"{h!r} is not one of this fix's hunks")
+    if hunks and not reverted:
+        raise w.fail(f"{where}.hunks", "name the hunk(s) this mutation reverts")
+    hunk_probes = list(dict.fromkeys(p for h in reverted for p in hunks[h].fields))
+    targets = table.get("targets", hunk_probes or None)
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise w.fail(f"{where}.targets", "expected a non-empty list of probe names")
     for t in targets:
         if t not in probe_names:
             raise w.fail(f"{where}.targets", f"{t!r} is not one of this fix's probes")
-    return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets))
+    missing = [p for p in hunk_probes if p not in targets]
+    if missing:
+        raise w.fail(f"{where}.targets", f"the reverted hunks are observed by {missing} too")
+    return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets), hunks=tuple(reverted))
 
 
 def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fix:
@@ -183,10 +263,29 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
     names = [p.name for p in probes]
     if len(set(names)) != len(names):
         raise w.fail(f"{where}.probes", "a probe is listed twice")
+    hunks_raw = table.get("hunks", [])
+    if not isinstance(hunks_raw, list):
+        raise w.fail(f"{where}.hunks", "expected an array of tables ([[fixes.hunks]])")
+    by_name = {p.name: p for p in probes}
+    hunk_list = [_hunk(w, f"{where}.hunks[{i}]", h, by_name) for i, h in enumerate(hunks_raw)]
+    hunks = {h.id: h for h in hunk_list}
+    if len(hunks) != len(hunk_list):
+        raise w.fail(f"{where}.hunks", "a hunk id is listed twice")
+    if hunks:
+        covered = {pf for h in hunk_list for pf in h.observed()}
+        loose = [f"{p.name}:{f}" for p in probes for f in p.expect if (p.name, f) not in covered]
+        if loose:
+            raise w.fail(f"{where}.hunks", f"expect field(s) {loose} belong to no hunk")
     muts_raw = table.get("mutations", [])
     if not isinstance(muts_raw, list):
         raise w.fail(f"{where}.mutations", "expected an array of tables ([[fixes.mutations]])")
-    mutations = tuple(_mutation(w, f"{where}.mutations[{i}]", m, set(names)) for i, m in enumerate(muts_raw))
+    mutations = tuple(_mutation(w, f"{where}.mutations[{i}]", m, set(names), hunks) for i, m in enumerate(muts_raw))
+    names_m = [m.name for m in mutations]
+    if len(set(names_m)) != len(names_m):
+        raise w.fail(f"{where}.mutations", "a mutation name is listed twice")
+    unreverted = [h for h in hunks if not any(h in m.hunks for m in mutations)]
+    if unreverted:
+        raise w.fail(f"{where}.hunks", f"hunk(s) {unreverted} have no reverting mutation")
     assert title is not None
     return Fix(
         id=str(fix_id),
@@ -200,6 +299,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         upstream_tests=tuple(tests),
         probes=probes,
         mutations=mutations,
+        hunks=tuple(hunk_list),
     )
 
 

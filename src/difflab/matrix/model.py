@@ -52,17 +52,38 @@ class ProbeSpec:
     name: str
     expect: dict[str, tuple[Any, Any]]
     controls: dict[str, Any]
+    channels: dict[str, str] = field(default_factory=dict)
+    """Expect field -> the control that shares its measurement channel, where the names differ."""
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One behavioural change the fix makes: a code path, and the probe fields that observe it.
+
+    ``fields`` maps a probe name to the expect fields (exact names) that see this
+    path. A fork that ports the fix to some paths and not others is told which.
+    """
+
+    id: str
+    file: str
+    function: str
+    change: str
+    fields: dict[str, tuple[str, ...]]
+
+    def observed(self) -> list[tuple[str, str]]:
+        return [(probe, f) for probe, names in self.fields.items() for f in names]
 
 
 @dataclass(frozen=True)
 class Mutation:
-    """A reverting edit against the head source that undoes the fix's essential lines."""
+    """A reverting edit against the head source that undoes the fix's lines for ``hunks``."""
 
     name: str
     file: str
     find: str
     replace: str
     targets: tuple[str, ...]
+    hunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,10 +101,14 @@ class Fix:
     commits: dict[str, CommitPin] = field(default_factory=dict)
     upstream_tests: tuple[str, ...] = ()
     mutations: tuple[Mutation, ...] = ()
+    hunks: tuple[Hunk, ...] = ()
 
     @property
     def label(self) -> str:
         return f"#{self.pr}{f'({self.part})' if self.part else ''}"
+
+    def hunk(self, hunk_id: str) -> Hunk:
+        return next(h for h in self.hunks if h.id == hunk_id)
 
 
 @dataclass(frozen=True)

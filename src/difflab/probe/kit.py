@@ -235,7 +235,9 @@ class Kit:
     # -- what a harness-built object took from where ---------------------------
     def build_default(self, attribute: str, value: str, origin: str) -> None:
         """``attribute`` was not given by the probe; the build's constructor code gave ``value``."""
-        self.defaults.append({"attribute": attribute, "value": value, "from": origin})
+        entry = {"attribute": attribute, "value": value, "from": origin}
+        if entry not in self.defaults:
+            self.defaults.append(entry)
 
     def forced_flag(self, attribute: str, value: Any, default: Any, origin: str, env: list[str]) -> None:
         """The probe set switch ``attribute`` to ``value``; this build would default it to ``default``."""

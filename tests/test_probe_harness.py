@@ -1,0 +1,292 @@
+"""The harness never lets a default it chose decide a verdict.
+
+Real SGLang objects are built without their constructors; every attribute the
+probe did not give must come from the build's own constructor code, be
+declared absent, or fail loudly. The classes here are written the way SGLang
+writes its PD classes (an environment-flag switch read in ``__init__``, state
+containers, mode branches, a ``getattr`` default in a method), in a module
+file of their own, so the harness reads real source as it does for SGLang.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from difflab.probe.kit import Kit, MissingFakeAttribute
+
+PROBES = Path(__file__).resolve().parents[1] / "probes"
+
+MODULE = '''
+import os
+import threading
+
+
+class EnvBool:
+    def __init__(self, default):
+        self.default = default
+        self.name = None
+
+    def get(self):
+        raw = os.environ.get(self.name)
+        return self.default if raw is None else raw.lower() in ("1", "true")
+
+
+class _Envs:
+    def __init__(self):
+        for name, value in type(self).__dict__.items():
+            if isinstance(value, EnvBool):
+                value.name = name
+
+    FORK_FAILED_ROOM_GUARD = EnvBool({guard_default})
+    FORK_DEFERRED = EnvBool(True)
+
+
+envs = _Envs()
+
+
+class BaseManager:
+    enable_deferral: bool = False  # a class-level default, as BaseKVManager has
+    lifecycle = None
+
+    def __init__(self, args, mode):
+        self.enable_deferral = envs.FORK_DEFERRED.get()
+        if mode == "decode":
+            self.lifecycle = threading.RLock()
+        self.mode = mode
+        self.request_status = {{}}
+        if mode == "prefill":
+            self.transfer_infos = {{}}
+            if self.pp_size > 1:
+                self.request_status = Consensus(self.pp_size)
+        else:
+            self.connection_pool = {{}}
+        self.engine = TransferEngine(args.host)
+
+
+class Consensus(dict):
+    def __init__(self, size):
+        super().__init__()
+
+
+class TransferEngine:
+    def __init__(self, host):
+        raise RuntimeError("would open an RDMA device")
+
+
+class ForkManager(BaseManager):
+    """A fork's hand-port: its own state, its own switch."""
+
+    def __init__(self, args, mode, server_args=None):
+        super().__init__(args, mode)
+        self.failed_room_guard = envs.FORK_FAILED_ROOM_GUARD.get()
+        self._rooms_never_acked = set()
+        self._lock = threading.Lock()
+        timeout = 30.0
+        self.release_timeout = timeout * 2
+        self.deferred = envs.FORK_DEFERRED.get() and self.supports_deferral
+        self._init_extra()
+
+    supports_deferral = True
+
+    def _init_extra(self):
+        self.extra_flag = False
+
+    def conclude_failure(self, room):
+        if getattr(self, "failed_room_guard", False):
+            self._rooms_never_acked.add(room)
+        self._lazy_cache = room
+
+    def acks(self, room):
+        if not hasattr(self, "_lazy_cache"):
+            return 0
+        return 0 if room in self._rooms_never_acked else 1
+
+    def opened(self):
+        return getattr(self, "peer_table", None)
+'''
+
+
+def _load(tmp_path: Path, name: str, guard_default: bool) -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(MODULE.format(guard_default=guard_default)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def harness() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(PROBES))
+    try:
+        import harness.strict as strict
+
+        yield strict
+    finally:
+        sys.path.remove(str(PROBES))
+
+
+@pytest.mark.parametrize("shipped_on", [True, False])
+def test_a_forks_own_flag_and_state_come_from_its_constructor(
+    tmp_path: Path, harness: ModuleType, shipped_on: bool
+) -> None:
+    """The fork's switch decides, in both directions, and its own state container is used."""
+    module = _load(tmp_path, f"fork_flag_{shipped_on}", shipped_on)
+    kit = Kit()
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    mgr.conclude_failure(7)
+    assert mgr.acks(7) == (0 if shipped_on else 1)
+    taken = {d["attribute"]: d for d in kit.defaults}
+    assert taken["mgr.failed_room_guard"]["value"] == repr(shipped_on)
+    assert "envs.FORK_FAILED_ROOM_GUARD.get()" in taken["mgr.failed_room_guard"]["from"]
+    if shipped_on:
+        assert taken["mgr._rooms_never_acked"]["value"] == "set()"
+    assert kit.problems() == []
+
+
+def test_an_environment_override_is_the_builds_default_too(
+    tmp_path: Path, harness: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORK_FAILED_ROOM_GUARD", "1")
+    module = _load(tmp_path, "fork_env", False)
+    kit = Kit()
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    assert mgr.failed_room_guard is True
+
+
+def test_branches_locals_and_called_init_helpers_are_followed(tmp_path: Path, harness: ModuleType) -> None:
+    module = _load(tmp_path, "fork_branches", False)
+    kit = Kit()
+    prefill = harness.real_object(kit, module.ForkManager, "prefill", mode="prefill", pp_size=1)
+    assert prefill.request_status == {}  # the pp_size > 1 branch does not run here
+    assert type(prefill.request_status) is dict
+    assert prefill.transfer_infos == {}
+    assert prefill.release_timeout == 60.0  # from the local ``timeout`` before it
+    assert prefill.extra_flag is False  # set by _init_extra(), which __init__ calls
+    assert prefill.deferred is True  # env default and a class attribute
+    big = harness.real_object(kit, module.ForkManager, "big", mode="prefill", pp_size=4)
+    assert isinstance(big.request_status, module.Consensus)
+    decode = harness.real_object(kit, module.ForkManager, "decode", mode="decode")
+    assert decode.connection_pool == {}
+    with pytest.raises(MissingFakeAttribute, match="no branch of the constructor"):
+        decode.transfer_infos  # noqa: B018 - only the prefill branch sets it
+    assert kit.problems() == ["missing fake attribute: decode.transfer_infos"]
+
+
+def test_a_collaborator_the_constructor_builds_is_never_built(tmp_path: Path, harness: ModuleType) -> None:
+    module = _load(tmp_path, "fork_engine", False)
+    kit = Kit()
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    with pytest.raises(MissingFakeAttribute, match=r"mgr\.engine.*TransferEngine\(\)"):
+        mgr.engine  # noqa: B018
+    assert "missing fake attribute: mgr.engine" in kit.problems()
+
+
+def test_lazily_created_state_reads_as_missing_like_on_the_real_object(tmp_path: Path, harness: ModuleType) -> None:
+    module = _load(tmp_path, "fork_lazy", False)
+    kit = Kit()
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    assert mgr.acks(3) == 0  # hasattr(self, "_lazy_cache") is False before conclude_failure runs
+    assert kit.fallbacks == [{"attribute": "mgr._lazy_cache", "why": "created lazily by ForkManager.conclude_failure"}]
+    assert kit.problems() == []
+
+
+def test_a_getattr_default_on_an_attribute_nobody_sets_is_an_error_unless_declared(
+    tmp_path: Path, harness: ModuleType
+) -> None:
+    module = _load(tmp_path, "fork_absent", False)
+    strict_kit = Kit()
+    mgr = harness.real_object(strict_kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    with pytest.raises(MissingFakeAttribute, match="mgr.peer_table"):
+        mgr.opened()
+    assert strict_kit.problems() == ["missing fake attribute: mgr.peer_table"]
+    declared = Kit()
+    mgr = harness.real_object(declared, module.ForkManager, "mgr", mode="prefill", pp_size=1, absent=["peer_table"])
+    assert mgr.opened() is None
+    assert declared.fallbacks == [{"attribute": "mgr.peer_table", "why": "declared absent by the probe"}]
+    assert declared.problems() == []
+
+
+@pytest.mark.parametrize("shipped_on", [True, False])
+def test_a_forced_switch_is_reported_with_the_builds_default(
+    tmp_path: Path, harness: ModuleType, shipped_on: bool
+) -> None:
+    module = _load(tmp_path, f"fork_forced_{shipped_on}", shipped_on)
+    kit = Kit()
+    mgr = harness.real_object(
+        kit, module.ForkManager, "mgr", mode="prefill", pp_size=1, forced={"failed_room_guard": True}
+    )
+    assert mgr.failed_room_guard is True
+    (entry,) = kit.forced
+    assert entry["attribute"] == "mgr.failed_room_guard" and entry["value"] is True
+    assert entry["build_default"] is shipped_on
+    assert entry["env"] == []  # only SGLANG_* environment names are listed; this module uses its own
+    renamed = Kit()
+    harness.real_object(renamed, module.ForkManager, "mgr", mode="prefill", pp_size=1, forced={"old_switch": True})
+    assert renamed.forced[0]["build_default"] is None
+    assert "does not set it" in renamed.forced[0]["from"]
+
+
+def test_callables_given_to_fakes_and_real_objects_are_guarded(tmp_path: Path, harness: ModuleType) -> None:
+    module = _load(tmp_path, "fork_guard", False)
+    kit = Kit()
+    socket = kit.fake("socket", send=lambda frames: frames.decode())  # fails on a list: a stale fake
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1, notify=lambda: 1 / 0)
+    for call in (lambda: socket.send([b"ABORT"]), mgr.notify):
+        try:
+            call()
+        except Exception:
+            pass  # what SGLang's ``except Exception: logger.debug(...)`` does
+    assert [p.split(":")[1].strip() for p in kit.problems()] == ["socket.send", "mgr.notify"]
+
+
+def test_a_pd_debug_record_carrying_an_exception_is_a_problem() -> None:
+    import logging
+
+    kit = Kit()
+    with kit.capture_logs():
+        try:
+            raise ConnectionError("peer gone")
+        except ConnectionError:
+            logging.getLogger("sglang.srt.disaggregation.common.conn").debug("send failed", exc_info=True)
+        logging.getLogger("sglang.srt.disaggregation.common.conn").debug("plain debug message")
+        logging.getLogger("sglang.srt.managers.scheduler").debug("elsewhere", exc_info=(ValueError, ValueError(), None))
+    problems = kit.problems()
+    assert len(problems) == 1 and "send failed" in problems[0] and "ConnectionError: peer gone" in problems[0]
+
+
+def test_a_quarantine_sink_is_callable_but_never_a_flag(harness: ModuleType) -> None:
+    import harness.radix as radix
+
+    kit = Kit()
+    uses: list[str] = []
+    sink = radix.Sink(kit, "quarantine_room", uses)
+    sink(7)
+    assert uses == ["quarantine_room"]
+    with pytest.raises(MissingFakeAttribute):
+        bool(sink.enabled)
+    assert kit.problems() == ["missing fake attribute: tree_cache.quarantine_room.enabled (read as a value)"]
+
+
+def test_a_class_level_default_never_hides_the_constructors_value(tmp_path: Path, harness: ModuleType) -> None:
+    """``enable_x: bool = False`` on a base class would be read by normal lookup; the constructor decides."""
+    module = _load(tmp_path, "fork_class_attr", False)
+    kit = Kit()
+    prefill = harness.real_object(kit, module.ForkManager, "prefill", mode="prefill", pp_size=1)
+    assert module.ForkManager.enable_deferral is False
+    assert prefill.enable_deferral is True  # what __init__ computes from the environment default
+    assert prefill.lifecycle is None  # only the decode branch assigns it: the class value stands
+    decode = harness.real_object(kit, module.ForkManager, "decode", mode="decode")
+    assert decode.lifecycle is not None
+    given = harness.real_object(kit, module.ForkManager, "given", mode="prefill", enable_deferral=False)
+    assert given.enable_deferral is False
+    assert {d["attribute"] for d in kit.defaults} >= {"prefill.enable_deferral", "prefill.lifecycle"}
