@@ -111,7 +111,7 @@ def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) 
 
 
 def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):
-    from difflab.selfcheck import run_selfcheck
+    from difflab.workflows.selfcheck import run_selfcheck
     from difflab.source import backend_for
 
     m = load_matrix(matrix_file)

@@ -199,7 +199,7 @@ def execute(req: RunRequest, say: Say | None = None) -> RunOutcome:
         else:  # one side of a CI fan-out: verdicts come from `difflab merge`
             exit_code = 0 if all(o.status != "error" for o in all_obs) else 1
         if req.selfcheck:
-            from difflab.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
+            from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
 
             heads = {
                 fid: src

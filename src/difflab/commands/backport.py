@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT
-from difflab.backport.run import BackportRequest, execute
+from difflab.workflows.backport import BackportRequest, execute
 from difflab.paths import default_matrix
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.mirror import REPO_ENV

@@ -14,7 +14,7 @@ from difflab.paths import default_matrix, repo_root
 from difflab.pipeline import RunRequest, make_runner, side_pin
 from difflab.progress import Reporter
 from difflab.runfolder import atomic_folder
-from difflab.selfcheck import coverage_ratio, hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
+from difflab.workflows.selfcheck import coverage_ratio, hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
 from difflab.source import backend_for
 
 NAME = "selfcheck"
