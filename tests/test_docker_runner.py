@@ -279,7 +279,7 @@ def test_difflab_run_backend_docker(
     engine: docker_engine.Engine, runner: DockerRunner, releases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole pipeline on the docker back end: a verdict from containers, the image in run.json."""
-    from difflab.pipeline import RunRequest, execute
+    from difflab.workflows.run import RunRequest, execute
     from matrix_samples import RELEASES
 
     matrix = tmp_path / "m.toml"

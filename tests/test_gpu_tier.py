@@ -10,13 +10,13 @@ import pytest
 from junitparser import JUnitXml
 
 from difflab import cli
-from difflab.gpu import tier
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.expectations import gpu_fixes
 from difflab.gpu.host import HostCheck
 from difflab.gpu.images import ImageMap
 from difflab.gpu.testserver import head_config
 from difflab.observation import Observation
+from difflab.workflows import gpu as tier
 
 pytestmark = pytest.mark.xdist_group("gpu-testserver")
 D = {v: f"lmsysorg/sglang:v{v}@sha256:{c * 64}" for v, c in (("0.5.19", "1"), ("0.5.20", "2"), ("0.5.21", "3"))}

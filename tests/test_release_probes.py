@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from difflab.contains import run_contains
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
-from difflab.pipeline import RunRequest, execute, make_runner
 from difflab.progress import Reporter
+from difflab.workflows.contains import run_contains
+from difflab.workflows.run import RunRequest, execute, make_runner
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
@@ -111,8 +111,8 @@ def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) 
 
 
 def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):
-    from difflab.workflows.selfcheck import run_selfcheck
     from difflab.source import backend_for
+    from difflab.workflows.selfcheck import run_selfcheck
 
     m = load_matrix(matrix_file)
     fixes = m.select(fix_ids)

@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT
-from difflab.workflows.backport import BackportRequest, execute
 from difflab.paths import default_matrix
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.mirror import REPO_ENV
+from difflab.workflows.backport import BackportRequest, execute
 
 NAME = "backport"
 HELP = "run each fix's probes on a fork's ref: present, absent, partial or error (exit 0 only if all present)"

@@ -10,9 +10,9 @@ from pathlib import Path
 from difflab.matrix import load_matrix
 from difflab.paths import default_matrix
 from difflab.runner.base import DEFAULT_TIMEOUT_S
-from difflab.source.bisect import run_bisect
 from difflab.source.git import GitSource
 from difflab.source.mirror import REPO_ENV
+from difflab.workflows.bisect import run_bisect
 
 NAME = "bisect"
 HELP = "git bisect run with a fix's probes: --good shows the old behaviour, --bad the new one"

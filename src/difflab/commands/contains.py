@@ -7,11 +7,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from difflab.contains import run_contains
 from difflab.environment.shared import SharedEnvironment
 from difflab.paths import default_matrix
-from difflab.pipeline import RunRequest, make_runner
 from difflab.progress import Reporter
+from difflab.workflows.contains import run_contains
+from difflab.workflows.run import RunRequest, make_runner
 
 NAME = "contains"
 HELP = "run every fix's probes on every pinned release and tabulate which release carries which fix"

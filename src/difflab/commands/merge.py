@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from difflab.merge import merge
 from difflab.progress import Reporter
+from difflab.workflows.merge import merge
 
 NAME = "merge"
 HELP = "judge observations written by `difflab observe` runs (one folder per CI cell)"

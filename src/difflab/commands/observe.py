@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from difflab.commands import run as run_cmd
-from difflab.pipeline import RunRequest, execute
+from difflab.workflows.run import RunRequest, execute
 
 NAME = "observe"
 HELP = "run the probes of the selected fixes on ONE side only; `difflab merge` judges the cells"

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from difflab.bundle import trust
-from difflab.bundle.reproduce import reproduce
+from difflab.workflows.reproduce import reproduce
 
 NAME = "reproduce"
 HELP = "Verify a bundle, re-run exactly its pins, and report any verdict or observation that differs."

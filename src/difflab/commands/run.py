@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from difflab.paths import default_matrix
-from difflab.pipeline import RunRequest, execute
+from difflab.workflows.run import RunRequest, execute
 
 NAME = "run"
 HELP = "run the fixes' probes on base and head sources and write verdicts"

@@ -11,11 +11,11 @@ from pathlib import Path
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
 from difflab.paths import default_matrix, repo_root
-from difflab.pipeline import RunRequest, make_runner, side_pin
 from difflab.progress import Reporter
 from difflab.runfolder import atomic_folder
-from difflab.workflows.selfcheck import run_selfcheck, write_selfcheck
 from difflab.source import backend_for
+from difflab.workflows.run import RunRequest, make_runner, side_pin
+from difflab.workflows.selfcheck import run_selfcheck, write_selfcheck
 
 NAME = "selfcheck"
 HELP = "apply each fix's reverting mutations to its head source; the probes must flip back to base"

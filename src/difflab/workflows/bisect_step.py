@@ -1,6 +1,6 @@
 """One ``git bisect run`` step: probe the checked-out commit and answer good (0), bad (1) or skip (125).
 
-``python -m difflab.source.bisect_step --matrix M --fix F --good-like base|head [--probe P ...]``
+``python -m difflab.workflows.bisect_step --matrix M --fix F --good-like base|head [--probe P ...]``
 runs in the bisect worktree (the current directory); its ``python/`` holds
 ``sglang``. The commit is classified by the fix's probes against the
 matrix's declared values: every probe head-like → ``head``, every probe
@@ -82,7 +82,7 @@ def _commit() -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m difflab.source.bisect_step")
+    parser = argparse.ArgumentParser(prog="python -m difflab.workflows.bisect_step")
     parser.add_argument("--matrix", type=Path, required=True)
     parser.add_argument("--fix", required=True)
     parser.add_argument("--good-like", choices=["base", "head"], required=True)

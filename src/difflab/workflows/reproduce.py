@@ -39,11 +39,11 @@ Executor = Callable[[RerunSpec], Path]
 
 
 def pipeline_executor(spec: RerunSpec) -> Path:
-    """Run through :mod:`difflab.pipeline` without bundling; returns the new run folder.
+    """Run through :mod:`difflab.workflows.run` without bundling; returns the new run folder.
 
     The result cache is bypassed: a reproduction re-executes every probe.
     """
-    from difflab.pipeline import RunRequest, execute
+    from difflab.workflows.run import RunRequest, execute
 
     options = {} if spec.sides is None else {"sides": spec.sides}
     outcome = execute(

@@ -12,8 +12,8 @@ from difflab.diff.verdict import FixVerdict
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
-from difflab.pipeline import judge_all, write_reports
 from difflab.runfolder import atomic_folder
+from difflab.workflows.run import judge_all, write_reports
 
 
 def collect(folders: list[Path]) -> list[Observation]:
