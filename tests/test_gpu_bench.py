@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from difflab.engine.client import StreamReply
 from difflab.gpu.bench import BenchError, BenchSpec, bench_serving_argv, read_result, summarize
-from difflab.gpu.client import StreamReply
 from difflab.gpu.expectations import PLANS, THROUGHPUT
 from difflab.gpu.scenarios.throughput import run_ab
 from difflab.gpu.targets import TestServerTarget
-from difflab.gpu.testserver import head_config
 from difflab.gpu.verdicts import judge_throughput
 from difflab.matrix.model import Fix, SidePin
 from difflab.observation import Observation
+from difflab.testing.testserver import head_config
 
 # One line as sglang.bench_serving appends it to --output-file (fields as in its result dict).
 BENCH_LINE = {

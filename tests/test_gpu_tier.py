@@ -14,8 +14,8 @@ from difflab.gpu.bench import BenchSpec
 from difflab.gpu.expectations import gpu_fixes
 from difflab.gpu.host import HostCheck
 from difflab.gpu.images import ImageMap
-from difflab.gpu.testserver import head_config
 from difflab.observation import Observation
+from difflab.testing.testserver import head_config
 from difflab.workflows import gpu as tier
 
 pytestmark = pytest.mark.xdist_group("gpu-testserver")

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.environment import stubs
+from difflab.probe import stubs
 from difflab.probe.child import run_probe, write_atomic
 
 SERVER_PRELOAD = (

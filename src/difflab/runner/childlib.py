@@ -23,8 +23,7 @@ CHILD_MODULES = (
     "probe/kit.py",
     "probe/child.py",
     "probe/server.py",
-    "environment/__init__.py",
-    "environment/stubs.py",
+    "probe/stubs.py",
 )
 
 

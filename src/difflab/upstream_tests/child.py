@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3:
         print("usage: child.py OUT_JSON TESTS_ROOT FILE [FILE ...]", file=sys.stderr)
         return 2
-    from difflab.environment import stubs
+    from difflab.probe import stubs
 
     stubs.install()
     out, tests_root, files = Path(argv[0]), Path(argv[1]), argv[2:]

@@ -19,10 +19,10 @@ from typing import Any
 
 from difflab import __version__
 from difflab.diff.verdict import FixVerdict, judge_fix
+from difflab.engine.facts import read_engine
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
 from difflab.gpu.expectations import PLANS, THROUGHPUT, gpu_fixes
-from difflab.gpu.facts import read_engine
 from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
 from difflab.gpu.images import SIDES, ImageMap
 from difflab.gpu.report import preflight_section, throughput_section
@@ -30,7 +30,6 @@ from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailab
 from difflab.gpu.scenarios.throughput import ABResult, run_ab
 from difflab.gpu.stats import DEFAULT_SEED
 from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
-from difflab.gpu.testserver import base_config, head_config
 from difflab.gpu.verdicts import judge_throughput
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
@@ -38,6 +37,7 @@ from difflab.paths import default_matrix, repo_root
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.report import write_diff_json, write_junit, write_summary
 from difflab.runfolder import atomic_folder
+from difflab.testing.testserver import base_config, head_config
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
 TESTSERVER_LIMITS = Limits(
