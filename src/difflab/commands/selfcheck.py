@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 
 from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
 from difflab.paths import default_matrix, repo_root
 from difflab.progress import Reporter
-from difflab.runfolder import atomic_folder
 from difflab.source import backend_for
 from difflab.workflows.run import RunRequest, make_runner, side_pin
 from difflab.workflows.selfcheck import run_selfcheck, write_selfcheck

@@ -22,7 +22,8 @@ CHILD_MODULES = (
     "probe/__init__.py",
     "probe/kit.py",
     "probe/child.py",
-    "probe/server.py",
+    "probe/hub.py",
+    "probe/upstream_child.py",
     "probe/stubs.py",
 )
 

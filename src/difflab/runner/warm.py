@@ -4,7 +4,7 @@ A fresh interpreter per probe pays ~5-9 s of imports and ~1.5 s of teardown
 for a probe that itself runs in well under a second. Here one hub process of
 the shared environment imports SGLang's third-party dependencies once, forks
 one server per SGLang source that imports that source's SGLang once, and each
-server forks a child per probe (see :mod:`difflab.probe.server`). A fork is a
+server forks a child per probe (see :mod:`difflab.probe.hub`). A fork is a
 private copy, so probes stay as isolated as separate processes; a crash or a
 hang (killed at ``job.timeout_s``) is an ``error`` observation with the log.
 
@@ -36,7 +36,7 @@ from typing import IO, Any
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
 from difflab.paths import cache_root
-from difflab.probe.server import HUB_PRELOAD, SERVER_PRELOAD
+from difflab.probe.hub import HUB_PRELOAD, SERVER_PRELOAD
 from difflab.runner import childlib
 from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail
 from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
@@ -75,7 +75,7 @@ class _Hub:
         cmd = [
             str(python),
             "-m",
-            "difflab.probe.server",
+            "difflab.probe.hub",
             "--preload",
             ",".join(preload),
             "--preload-file",

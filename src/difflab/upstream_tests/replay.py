@@ -5,7 +5,7 @@ drift with the code (their fakes go stale), so they say less than a probe.
 The test files are taken from one checkout, the head's ``test/`` tree when
 it has one (the fix's tests usually arrive with the fix), and run against
 each side's ``python/`` in a fresh process of the shared environment
-(:mod:`difflab.upstream_tests.child`). Written into the run folder:
+(:mod:`difflab.probe.upstream_child`). Written into the run folder:
 ``upstream-tests/<fix>/<side>.xml`` (JUnit) and ``.json``/``.log`` beside
 it, and ``upstream-tests.json`` with the per-test diff for every fix.
 """
@@ -27,13 +27,14 @@ from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix.model import Fix
 from difflab.observation import SCHEMA_VERSION
+from difflab.probe import upstream_child
 from difflab.runner import childlib
 from difflab.runner.base import tail
 from difflab.runner.subprocess import probe_env
 from difflab.source.base import MaterialisedSource
 
 DEFAULT_TIMEOUT_S = 300.0
-CHILD = Path(__file__).with_name("child.py")
+CHILD = Path(upstream_child.__file__)
 SIDES = ("base", "head")
 
 

@@ -23,10 +23,10 @@ from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
 from difflab.backport.report import write_backport_json, write_backport_junit, write_backport_summary
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
-from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.base import MaterialisedSource

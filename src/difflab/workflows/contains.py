@@ -19,10 +19,10 @@ from typing import Any
 from difflab.diff.likeness import judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, Matrix, load_matrix
 from difflab.observation import Observation
 from difflab.paths import probes_dir, repo_root
-from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source.release import ReleaseSource

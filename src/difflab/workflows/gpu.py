@@ -20,6 +20,7 @@ from typing import Any
 from difflab import __version__
 from difflab.diff.verdict import FixVerdict, judge_fix
 from difflab.engine.facts import read_engine
+from difflab.files.atomic import atomic_folder
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
 from difflab.gpu.expectations import PLANS, THROUGHPUT, gpu_fixes
@@ -36,7 +37,6 @@ from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, repo_root
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.report import write_diff_json, write_junit, write_summary
-from difflab.runfolder import atomic_folder
 from difflab.testing.testserver import base_config, head_config
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last

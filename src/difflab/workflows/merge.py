@@ -10,9 +10,9 @@ from typing import Any
 
 from difflab.diff.verdict import FixVerdict
 from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
-from difflab.runfolder import atomic_folder
 from difflab.workflows.run import judge_all, write_reports
 
 

@@ -21,11 +21,11 @@ from difflab import __version__
 from difflab.diff.verdict import FixVerdict, judge_fix
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, Matrix, SidePin, load_matrix
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.report import write_diff_json, write_junit, write_summary
-from difflab.runfolder import atomic_folder
 from difflab.runner import ProbeJob, Runner, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import MaterialisedSource, SourceBackend, backend_for

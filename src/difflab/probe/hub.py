@@ -1,6 +1,6 @@
 """Warm probe server: import once, fork a fresh child per probe.
 
-``python -m difflab.probe.server [--preload MOD,...] [--pycache DIR]``
+``python -m difflab.probe.hub [--preload MOD,...] [--pycache DIR]``
 
 Runs inside the shared environment (standard library only, like
 :mod:`difflab.probe.child`). Importing SGLang costs seconds and ~500 MB per
@@ -541,7 +541,7 @@ class Hub:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m difflab.probe.server")
+    parser = argparse.ArgumentParser(prog="python -m difflab.probe.hub")
     parser.add_argument("--preload", default=",".join(HUB_PRELOAD), help="comma-separated modules for the hub")
     parser.add_argument("--preload-file", default="", help="more hub modules, one a line (learned from servers)")
     parser.add_argument("--pycache", default="", help="bytecode cache folder for the sources (sys.pycache_prefix)")
