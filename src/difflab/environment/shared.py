@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 from filelock import FileLock
 
 from difflab.errors import EnvironmentSetupError
+from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
 
 REQUIREMENTS = "cpu-requirements.txt"
@@ -85,15 +85,8 @@ class SharedEnvironment:
                 return self
             if progress:
                 progress(f"creating the shared CPU environment at {self.path} (once, ~2 min)")
-            tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}-"))
-            try:
+            with atomic_folder(self.path) as tmp:
                 self._build(tmp)
-                if self.path.exists():
-                    shutil.rmtree(self.path)
-                os.replace(tmp, self.path)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
         return self
 
     def _build(self, into: Path) -> None:

@@ -10,11 +10,10 @@ their content digest.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
 
 CHILD_MODULES = (
@@ -45,14 +44,9 @@ def stage(cache: Path | None = None) -> Path:
     target = root / child_digest()[:16]
     if (target / "difflab" / "probe" / "child.py").exists():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".stage-"))
-    for rel in CHILD_MODULES:
-        dest = tmp / "difflab" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(_package_dir() / rel, dest)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process staged it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_folder(target, keep_existing=True) as tmp:  # another process may have staged it first
+        for rel in CHILD_MODULES:
+            dest = tmp / "difflab" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(_package_dir() / rel, dest)
     return target

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import write_atomic
 from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD, SERVER_PRELOAD
@@ -281,11 +282,7 @@ class WarmRunner:
             self._write_learned([m for m in path.read_text().split() if m not in modules])
 
     def _write_learned(self, modules: list[str]) -> None:
-        path = self._learned_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text("\n".join(modules) + "\n")
-        os.replace(tmp, path)
+        write_atomic(self._learned_file(), "\n".join(modules) + "\n")
 
     def _schedule(
         self,

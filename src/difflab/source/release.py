@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from difflab.errors import ConfigError, SourceError
+from difflab.files.atomic import atomic_folder
 from difflab.matrix.model import Fix, ReleasePin, SidePin
 from difflab.paths import cache_root
 from difflab.source.base import MaterialisedSource
@@ -132,18 +132,9 @@ class ReleaseSource:
     @staticmethod
     def _unpack(wheel: Path, target: Path) -> None:
         """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-        try:
-            with zipfile.ZipFile(wheel) as zf:
-                members = [n for n in zf.namelist() if n.startswith("sglang/")]
-                for name in members:
-                    if name.startswith("/") or ".." in Path(name).parts:
-                        raise SourceError(f"{wheel.name}: unsafe member {name!r}")
-                zf.extractall(tmp, members=members)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with atomic_folder(target) as tmp, zipfile.ZipFile(wheel) as zf:
+            members = [n for n in zf.namelist() if n.startswith("sglang/")]
+            for name in members:
+                if name.startswith("/") or ".." in Path(name).parts:
+                    raise SourceError(f"{wheel.name}: unsafe member {name!r}")
+            zf.extractall(tmp, members=members)

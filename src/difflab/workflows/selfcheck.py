@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from difflab.diff.classify import Match, classify, controls_hold, field_side
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, Mutation
 from difflab.observation import Observation
 from difflab.paths import cache_root, probes_dir
@@ -70,19 +70,11 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
     root = (cache or cache_root()) / "mutated"
     dest = root / f"{source.label}-{mutation.name}-{key}"
     if not (dest / mutation.file).exists():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".mutating-"))
-        try:
+        with atomic_folder(dest) as tmp:
             shutil.copytree(source.root / "sglang", tmp / "sglang", copy_function=os.link)
             edited = tmp / mutation.file
             edited.unlink()  # break the hard link before writing
             edited.write_text(text.replace(mutation.find, mutation.replace))
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
     return MaterialisedSource(
         label=f"{source.label}+{mutation.name}",
