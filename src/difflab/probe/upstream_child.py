@@ -1,6 +1,6 @@
 """Run SGLang's own unittest-style test files inside the shared environment; write one JSON result.
 
-``python child.py OUT_JSON TESTS_ROOT FILE [FILE ...]`` with the materialised
+``python -m difflab.probe.upstream_child OUT_JSON TESTS_ROOT FILE [FILE ...]`` with the materialised
 source and the staged child modules on ``PYTHONPATH`` (as for a probe).
 
 unittest, not pytest: the shared environment must hold SGLang's
@@ -122,7 +122,7 @@ def run_file(tests_root: Path, rel: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
-        print("usage: child.py OUT_JSON TESTS_ROOT FILE [FILE ...]", file=sys.stderr)
+        print("usage: python -m difflab.probe.upstream_child OUT_JSON TESTS_ROOT FILE [FILE ...]", file=sys.stderr)
         return 2
     stubs.install()
     out, tests_root, files = Path(argv[0]), Path(argv[1]), argv[2:]
