@@ -1,0 +1,113 @@
+"""Compare a re-run with the recorded run: same verdicts, same observed fields, same sources.
+
+Reads two run folders and nothing else; environment drift is a note, not a difference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.bundle import layout
+
+# Observation attributes compared besides the per-field values.
+COMPARED_ATTRIBUTES = ("status", "source", "sglang_version")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One thing that came out differently; ``where`` names fix, side, probe and field."""
+
+    where: str
+    recorded: Any
+    now: Any
+
+    def __str__(self) -> str:
+        return (
+            f"{self.where}: recorded {json.dumps(self.recorded, sort_keys=True)}, "
+            f"now {json.dumps(self.now, sort_keys=True)}"
+        )
+
+
+@dataclass
+class ReproduceReport:
+    differences: list[Difference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rerun_dir: Path | None = None
+
+    @property
+    def matches(self) -> bool:
+        return not self.differences
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _verdicts(run_dir: Path) -> dict[str, Any]:
+    diff = _read(run_dir / layout.DIFF_JSON) or {}
+    fixes = [f for f in diff.get("fixes") or [] if isinstance(f, dict)]
+    return {str(f.get("id", f.get("fix"))): f.get("verdict") for f in fixes}
+
+
+def _observations(run_dir: Path) -> dict[str, Any]:
+    files = layout.scan(run_dir).files
+    return {rel: _read(run_dir / rel) for group in layout.observation_groups(files).values() for rel in group}
+
+
+def _where(rel: str) -> str:
+    _, fix, side, name = rel.split("/")
+    return f"fix {fix} {side} {name[: -len('.json')]}"
+
+
+def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any]) -> Iterator[Difference]:
+    for attribute in COMPARED_ATTRIBUTES:
+        if old.get(attribute) != new.get(attribute):
+            yield Difference(f"{_where(rel)} {attribute}", old.get(attribute), new.get(attribute))
+    old_fields, new_fields = old.get("fields") or {}, new.get("fields") or {}
+    for name in sorted(set(old_fields) | set(new_fields)):
+        if old_fields.get(name, _MISSING) != new_fields.get(name, _MISSING):
+            yield Difference(
+                f"{_where(rel)} field {name}", old_fields.get(name, "(absent)"), new_fields.get(name, "(absent)")
+            )
+
+
+_MISSING = object()
+
+
+def compare_runs(recorded: Path, rerun: Path) -> ReproduceReport:
+    """Differences in verdicts and observations; environment drift is a note, not a difference."""
+    report = ReproduceReport(rerun_dir=rerun)
+    old_verdicts, new_verdicts = _verdicts(recorded), _verdicts(rerun)
+    for fix in sorted(set(old_verdicts) | set(new_verdicts)):
+        old, new = old_verdicts.get(fix, "(absent)"), new_verdicts.get(fix, "(absent)")
+        if old != new:
+            report.differences.append(Difference(f"fix {fix} verdict", old, new))
+    old_obs, new_obs = _observations(recorded), _observations(rerun)
+    for rel in layout.bytewise(set(old_obs) | set(new_obs)):
+        old, new = old_obs.get(rel), new_obs.get(rel)
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            presence = ("present" if old else "(absent)", "present" if new else "(absent)")
+            report.differences.append(Difference(f"{_where(rel)} observation", *presence))
+            continue
+        report.differences.extend(_compare_observation(rel, old, new))
+    report.notes.extend(_environment_notes(recorded, rerun))
+    return report
+
+
+def _environment_notes(recorded: Path, rerun: Path) -> Iterator[str]:
+    old = _read(recorded / layout.ENVIRONMENT_JSON) or {}
+    new = _read(rerun / layout.ENVIRONMENT_JSON) or {}
+    if old.get("python_version") != new.get("python_version"):
+        yield f"environment: Python {new.get('python_version')} now, {old.get('python_version')} recorded"
+    old_pkgs, new_pkgs = set(old.get("packages") or []), set(new.get("packages") or [])
+    for package in sorted(old_pkgs - new_pkgs):
+        yield f"environment: recorded {package} is not installed now"
+    for package in sorted(new_pkgs - old_pkgs):
+        yield f"environment: {package} installed now, not recorded"
