@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from difflab.errors import ConfigError, SourceError
 from difflab.files.atomic import atomic_folder
-from difflab.matrix.model import Fix, ReleasePin, SidePin
+from difflab.matrix.model import Fix, Matrix, ReleasePin, SidePin
 from difflab.paths import cache_root
 from difflab.source.base import MaterialisedSource
 
@@ -49,6 +49,16 @@ class ReleaseSource:
         self.cache = self.cache or cache_root()
 
     # -- public ---------------------------------------------------------------
+    @classmethod
+    def for_matrix(cls, matrix: Matrix, repo: str | None = None) -> ReleaseSource:
+        """The back end ``difflab run --source release`` uses: the matrix's pinned wheels."""
+        return cls(matrix.releases)
+
+    @staticmethod
+    def pin(fix: Fix, side: str, matrix_path: Path | None = None) -> SidePin:
+        """The matrix's own pin for the side (a release, or why there is none)."""
+        return getattr(fix, side)
+
     def materialise(self, fix: Fix, side: str, pin: SidePin) -> MaterialisedSource:
         if not pin.release:
             raise ConfigError(f"fix {fix.id!r}: {side} is not a release pin ({pin.label})")
