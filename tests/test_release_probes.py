@@ -99,7 +99,7 @@ def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, 
 def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
     env = SharedEnvironment().ensure()
     runner = make_runner(RunRequest(), env)
-    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter().track)
+    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter())
     table = {(c.fix, c.release): c.verdict for c in cells}
     first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
     for fix_id, first in first_fixed.items():

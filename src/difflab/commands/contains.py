@@ -7,11 +7,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from difflab.environment.shared import SharedEnvironment
-from difflab.paths import default_matrix
+from difflab.commands import _args
 from difflab.progress import Reporter
-from difflab.workflows.contains import run_contains
-from difflab.workflows.run import RunRequest, make_runner
+from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
 HELP = "run every fix's probes on every pinned release and tabulate which release carries which fix"
@@ -19,8 +17,8 @@ COLOURS = {"fixed": "green", "bug": "red", "partial": "yellow", "error": "bold r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=default_matrix())
-    parser.add_argument("--fix", action="append", dest="fixes", metavar="N")
+    _args.matrix(parser)
+    _args.fixes(parser)
     parser.add_argument(
         "--release",
         action="append",
@@ -29,18 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="release to check (repeatable; default: every pinned release)",
     )
     parser.add_argument("--out", type=Path, help="folder for contains.json / contains.md")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
-    parser.add_argument("--no-cache", dest="use_cache", action="store_false")
+    _args.backend(parser, local_only=True)
+    _args.no_cache(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    env = SharedEnvironment()
-    env.ensure(progress=reporter.say)
-    runner = make_runner(RunRequest(runner=args.runner, use_cache=args.use_cache), env)
-    fixes, releases, cells, out = run_contains(
-        args.matrix, args.fixes, args.releases, args.out, runner, env, reporter.track
-    )
+    req = ContainsRequest(args.matrix, args.fixes, args.releases, args.out, args.runner, args.use_cache)
+    fixes, releases, cells, out = execute(req, reporter)
     table = Table(title="which release carries which fix (by behaviour)")
     table.add_column("fix")
     for r in releases:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from difflab.commands import _args
 from difflab.progress import Reporter
 from difflab.workflows.merge import merge
 
@@ -16,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="folders holding observe results")
     parser.add_argument("--out", type=Path, required=True, help="where to write the merged results")
     parser.add_argument("--matrix", type=Path, help="matrix (default: the matrix.toml the cells recorded)")
-    parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a bundle")
+    _args.bundle(parser, key=False)
 
 
 def main(args: argparse.Namespace) -> int:

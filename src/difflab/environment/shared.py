@@ -10,7 +10,6 @@ Python version; results record that digest and the installed package list.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import subprocess
@@ -28,6 +27,7 @@ from filelock import FileLock
 from difflab.errors import EnvironmentSetupError
 from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
+from difflab.probe import stubs
 
 REQUIREMENTS = "cpu-requirements.txt"
 NODEPS_REQUIREMENTS = "cpu-requirements-nodeps.txt"
@@ -51,7 +51,6 @@ def spec_digest(python_version: str | None = None) -> str:
 class SharedEnvironment:
     """A virtualenv under ``$DIFFLAB_CACHE/envs/cpu-<digest>``, created on demand."""
 
-    base_python: str = sys.executable
     cache: Path | None = None
     pip_args: list[str] = field(default_factory=lambda: os.environ.get("DIFFLAB_PIP_ARGS", "").split())
 
@@ -133,8 +132,9 @@ class SharedEnvironment:
             "packages": packages,
             "requirements": _spec_text(REQUIREMENTS).splitlines(),
             "requirements_nodeps": _spec_text(NODEPS_REQUIREMENTS).splitlines(),
-            "stubs": ["triton", "torchvision", "datasets"],
+            "stubs": list(stubs.STUBBED),
         }
 
-    def describe_json(self) -> str:
-        return json.dumps(self.describe(), indent=2, sort_keys=True)
+    def document(self) -> dict[str, Any]:
+        """``environment.json``: :meth:`describe` where the environment is built here, else its digest."""
+        return self.describe() if self.ready else {"digest": self.digest, "note": "environment not built locally"}

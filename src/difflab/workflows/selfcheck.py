@@ -18,13 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from difflab.diff.classify import Match, classify, controls_hold, field_side
+from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import atomic_folder
-from difflab.matrix import Fix, Mutation
+from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
-from difflab.paths import cache_root, probes_dir
-from difflab.runner import ProbeJob
+from difflab.paths import cache_root, default_matrix, repo_root
+from difflab.progress import Reporter
+from difflab.report.junit import Case, write_cases
+from difflab.report.markdown import cell
+from difflab.report.record import RunRecord, folder_stamp, write_json
+from difflab.runner import DEFAULT, ProbeJob, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner.jobs import build_jobs
 from difflab.source import MaterialisedSource
+from difflab.source.release import ReleaseSource
 
 OUTCOMES = ("causal", "insensitive", "mutation-stale", "error")
 
@@ -131,18 +138,8 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
 def selfcheck_jobs(
     fix: Fix, mutation: Mutation, mutated: MaterialisedSource, work: Path, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[ProbeJob]:
-    return [
-        ProbeJob(
-            fix_id=fix.id,
-            probe=spec.name,
-            side=f"mutated-{mutation.name}",
-            source=mutated,
-            probe_file=probes_dir() / f"{spec.name}.py",
-            log_path=work / "selfcheck" / fix.id / mutation.name / f"{spec.name}.log",
-            timeout_s=timeout_s,
-        )
-        for spec in fix.probes
-    ]
+    sources = {(fix.id, f"mutated-{mutation.name}"): mutated}
+    return build_jobs([fix], sources, lambda fix_id, _side: work / "selfcheck" / fix_id / mutation.name, timeout_s)[0]
 
 
 def run_selfcheck(
@@ -199,23 +196,13 @@ def run_selfcheck(
 
 def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
     """selfcheck.json, selfcheck-junit.xml and selfcheck.md beside the run's other results."""
-    import json
-
-    from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
-
     doc = {"schema": 1, "passed": all(r.passed for r in results), "mutations": [r.to_dict() for r in results]}
-    (folder / "selfcheck.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    suite = TestSuite("difflab-selfcheck")
-    for r in results:
-        case = TestCase(name=r.mutation, classname=f"selfcheck.{r.fix}")
-        if r.outcome == "error":
-            case.result = [Error(r.reason, r.outcome)]
-        elif r.outcome != "causal":
-            case.result = [Failure(r.reason, r.outcome)]
-        suite.add_testcase(case)
-    xml = JUnitXml()
-    xml.add_testsuite(suite)
-    xml.write(str(folder / "selfcheck-junit.xml"), pretty=True)
+    write_json(folder / "selfcheck.json", doc)
+    outcome = {"causal": "passed", "error": "error"}
+    cases = [
+        Case(f"selfcheck.{r.fix}", r.mutation, outcome.get(r.outcome, "failed"), r.reason, r.outcome) for r in results
+    ]
+    write_cases(folder / "selfcheck-junit.xml", "difflab-selfcheck", cases)
     lines = [
         "# Causality self-check",
         "",
@@ -226,7 +213,38 @@ def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
         "|---|---|---|---|---|---|",
     ]
     for r in results:
-        lines.append(
-            f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | {r.reason.replace('|', '/')} |"
-        )
+        lines.append(f"| {r.fix} | `{r.mutation}` | `{r.file}` | {r.head} | {r.outcome} | {cell(r.reason)} |")
     (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class SelfcheckRequest:
+    """``difflab selfcheck``: the fixes whose heads get their reverting mutations."""
+
+    matrix: Path = field(default_factory=default_matrix)
+    fixes: list[str] | None = None
+    out: Path | None = None
+    runner: str = DEFAULT
+    use_cache: bool = True
+
+
+def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationResult], Path]:
+    """Mutate every selected head release and judge its probes; the run folder holds selfcheck.*."""
+    matrix = load_matrix(req.matrix)
+    fixes = matrix.select(req.fixes)
+    backend = ReleaseSource(matrix.releases)
+    heads = {}
+    for fix in fixes:
+        if fix.head.unavailable:
+            reporter.say(f"{fix.label}: head unavailable ({fix.head.unavailable}); nothing to revert")
+            continue
+        heads[fix.id] = backend.materialise(fix, "head", fix.head)
+    env = SharedEnvironment().ensure(progress=reporter.say)
+    runner = build_runner(req.runner, env, req.use_cache)
+    record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
+    out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
+    with atomic_folder(out) as work:
+        results = run_selfcheck(fixes, heads, runner, work, reporter.track)
+        write_selfcheck(work, results)
+        record.write(work, 0 if all(r.passed for r in results) else 1, matrix=(matrix.path, matrix.sha256))
+    return results, out
