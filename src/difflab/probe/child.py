@@ -26,8 +26,6 @@ from typing import Any
 from difflab.probe import stubs
 from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
 
-RESULT_KEYS = ("status", "fields", "events", "problems", "error", "sglang_version", "duration_s")
-
 
 def load_probe(path: Path) -> Any:
     """Import a probe module from its file; its folder goes on ``sys.path`` for shared helpers."""
