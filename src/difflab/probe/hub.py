@@ -45,18 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.probe import stubs
-from difflab.probe.process import (
-    EXIT_CRASH,
-    ChildWatch,
-    Lines,
-    exited,
-    fork_child,
-    kill_group,
-    preload,
-    thread_count,
-    write_line,
-)
+from difflab.probe import process, stubs
 from difflab.probe.source_server import SERVER_PRELOAD, SourceServer
 
 HUB_PRELOAD = ("torch", "numpy", "transformers", "openai", "compressed_tensors", "aiohttp", "fastapi")
@@ -70,7 +59,7 @@ class Handle:
     name: str
     pid: int
     to_server: int
-    lines: Lines
+    lines: process.Lines
     deadline: float | None
     log: str
     probes: set[int] = field(default_factory=set)
@@ -86,8 +75,8 @@ class Hub:
     servers: dict[str, Handle] = field(default_factory=dict)
 
     def serve(self) -> None:
-        watch = ChildWatch()
-        inbox = Lines(0)
+        watch = process.ChildWatch()
+        inbox = process.Lines(0)
         while True:
             fds = [inbox.fd, watch.rfd] + [h.lines.fd for h in self.servers.values() if not h.lines.eof]
             deadlines = [h.deadline for h in self.servers.values() if h.deadline is not None]
@@ -102,20 +91,20 @@ class Hub:
             if inbox.fd in readable:
                 for msg in inbox.read():
                     self.request(msg, watch)
-            for pid, status in exited():
+            for pid, status in process.exited():
                 self.server_ended(pid, status)
             now = time.monotonic()
             for handle in list(self.servers.values()):
                 if handle.deadline is not None and now >= handle.deadline:
                     handle.deadline = None
-                    kill_group(handle.pid)
+                    process.kill_group(handle.pid)
                     self.fail(handle, "server did not finish importing in time; killed")
             if inbox.eof:
                 for handle in self.servers.values():
                     self.kill_server(handle)
                 os._exit(0)
 
-    def request(self, msg: dict[str, Any], watch: ChildWatch) -> None:
+    def request(self, msg: dict[str, Any], watch: process.ChildWatch) -> None:
         op, name = msg.get("op"), msg.get("server", "")
         if op == "open":
             self.open(name, msg, watch)
@@ -123,7 +112,7 @@ class Hub:
         handle = self.servers.get(name)
         if handle is None:
             if op == "run":
-                write_line(
+                process.write_line(
                     self.out,
                     {
                         "event": "done",
@@ -136,12 +125,12 @@ class Hub:
         if op == "close":
             handle.closing = True
         with contextlib.suppress(OSError):  # it died; server_ended reports that
-            write_line(handle.to_server, msg)
+            process.write_line(handle.to_server, msg)
 
-    def open(self, name: str, msg: dict[str, Any], watch: ChildWatch) -> None:
-        threads = thread_count()
+    def open(self, name: str, msg: dict[str, Any], watch: process.ChildWatch) -> None:
+        threads = process.thread_count()
         if threads > 1:
-            write_line(
+            process.write_line(
                 self.out,
                 {
                     "event": "server-failed",
@@ -154,7 +143,7 @@ class Hub:
             return
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        pid = fork_child()
+        pid = process.fork_child()
         if pid == 0:
             try:
                 os.setpgid(0, 0)
@@ -177,11 +166,11 @@ class Hub:
             except BaseException:  # noqa: B036
                 traceback.print_exc()
             finally:
-                os._exit(EXIT_CRASH)
+                os._exit(process.EXIT_CRASH)
         os.close(to_r)
         os.close(from_w)
         timeout = float(msg.get("timeout_s") or 600.0)
-        self.servers[name] = Handle(name, pid, to_w, Lines(from_r), time.monotonic() + timeout, msg["log"])
+        self.servers[name] = Handle(name, pid, to_w, process.Lines(from_r), time.monotonic() + timeout, msg["log"])
 
     def relay(self, handle: Handle, msg: dict[str, Any]) -> None:
         event = msg.get("event")
@@ -191,7 +180,7 @@ class Hub:
             handle.probes.add(int(msg["pid"]))
         elif event == "done" and msg.get("pid"):
             handle.probes.discard(int(msg["pid"]))
-        write_line(self.out, msg)
+        process.write_line(self.out, msg)
 
     def server_ended(self, pid: int, status: int) -> None:
         handle = next((h for h in self.servers.values() if h.pid == pid), None)
@@ -200,7 +189,7 @@ class Hub:
         for msg in handle.lines.read():  # anything it said before it went
             self.relay(handle, msg)
         for probe in handle.probes:
-            kill_group(probe)
+            process.kill_group(probe)
         self.close_handle(handle)
         if not handle.closing:
             code = os.waitstatus_to_exitcode(status)
@@ -210,13 +199,13 @@ class Hub:
         log = ""
         with contextlib.suppress(OSError):
             log = "\n".join(Path(handle.log).read_text(errors="replace").strip().splitlines()[-30:])
-        write_line(self.out, {"event": "server-failed", "server": handle.name, "reason": reason, "log": log})
+        process.write_line(self.out, {"event": "server-failed", "server": handle.name, "reason": reason, "log": log})
         self.close_handle(handle)
 
     def kill_server(self, handle: Handle) -> None:
         for probe in handle.probes:
-            kill_group(probe)
-        kill_group(handle.pid)
+            process.kill_group(probe)
+        process.kill_group(handle.pid)
 
     def close_handle(self, handle: Handle) -> None:
         if self.servers.pop(handle.name, None) is None:
@@ -243,9 +232,9 @@ def main(argv: list[str]) -> int:
     if args.preload_file:
         with contextlib.suppress(OSError):
             modules += Path(args.preload_file).read_text().split()
-    done, failed = preload(list(dict.fromkeys(modules)))
-    threads = thread_count()
-    write_line(
+    done, failed = process.preload(list(dict.fromkeys(modules)))
+    threads = process.thread_count()
+    process.write_line(
         out,
         {
             "event": "hub-ready",
