@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from difflab.runner import childlib
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "difflab"
 IN_ENVIRONMENT = "probe"
@@ -129,39 +132,41 @@ def test_no_import_cycle_between_top_level_packages() -> None:
     assert cycles(unit_graph()) == []
 
 
-def test_no_difflab_import_inside_a_function_outside_commands() -> None:
-    lazy = [
+def offending(units: Callable[[str | None], bool], bad: Callable[[str, bool], bool]) -> list[str]:
+    """``file:line imports name`` for every import of a module in ``units`` that ``bad`` rejects."""
+    return [
         f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} imports {name}"
         for m in MODULES
-        if unit(m) not in LAZY_ALLOWED
+        if units(unit(m))
         for name, in_function, line in imports(m)
-        if in_function and name.split(".")[0] == "difflab"
+        if bad(name, in_function)
     ]
+
+
+def test_no_difflab_import_inside_a_function_outside_commands() -> None:
+    lazy = offending(
+        lambda u: u not in LAZY_ALLOWED, lambda name, in_function: in_function and name.split(".")[0] == "difflab"
+    )
     assert lazy == []
 
 
 def test_only_commands_import_workflows() -> None:
-    wrong = [
-        f"{m} imports {name}"
-        for m in MODULES
-        if unit(m) not in MAY_IMPORT_WORKFLOWS
-        for name, _lazy, _line in imports(m)
-        if unit(name) == "workflows"
-    ]
-    assert wrong == []
+    assert offending(lambda u: u not in MAY_IMPORT_WORKFLOWS, lambda name, _: unit(name) == "workflows") == []
 
 
 def test_the_in_environment_package_needs_the_standard_library_only() -> None:
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    wrong = []
-    for m in MODULES:
-        if unit(m) != IN_ENVIRONMENT:
-            continue
-        for name, in_function, line in imports(m):
-            top = name.split(".")[0]
-            if top in stdlib or name == "difflab" or unit(name) == IN_ENVIRONMENT:
-                continue
-            if top == "sglang" and in_function:  # the code under test, imported where it is probed
-                continue
-            wrong.append(f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} imports {name}")
-    assert wrong == []
+
+    def foreign(name: str, in_function: bool) -> bool:
+        top = name.split(".")[0]
+        if top in stdlib or name == "difflab" or unit(name) == IN_ENVIRONMENT:
+            return False
+        return not (top == "sglang" and in_function)  # the code under test, imported where it is probed
+
+    assert offending(lambda u: u == IN_ENVIRONMENT, foreign) == []
+
+
+def test_the_staged_child_package_is_the_whole_in_environment_package() -> None:
+    staged = set(childlib.child_files())
+    assert {f"{IN_ENVIRONMENT}/{p.name}" for p in (PACKAGE / IN_ENVIRONMENT).glob("*.py")} <= staged
+    assert "__init__.py" in staged and all(rel.startswith(f"{IN_ENVIRONMENT}/") for rel in staged - {"__init__.py"})
