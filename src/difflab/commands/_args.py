@@ -59,6 +59,17 @@ def no_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", dest="use_cache", action="store_false", help="ignore cached probe results")
 
 
+def selection(args: argparse.Namespace) -> dict[str, object]:
+    """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
+    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}
+
+
+def probe_options(args: argparse.Namespace) -> dict[str, object]:
+    """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
+    options = selection(args) | {"timeout_s": args.timeout}
+    return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+
+
 def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:
     parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a signed bundle")
     if key:

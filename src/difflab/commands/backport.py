@@ -37,20 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    req = BackportRequest(
-        repo=args.repo,
-        ref=args.ref,
-        matrix=args.matrix,
-        fixes=args.fixes,
-        out=args.out,
-        upstream=args.upstream,
-        runner=args.runner,
-        bundle=args.bundle,
-        key=args.key,
-        timeout_s=args.timeout,
-        use_cache=args.use_cache,
-        scan_limit=args.scan_limit,
-    )
+    fork = {"repo": args.repo, "ref": args.ref, "upstream": args.upstream, "scan_limit": args.scan_limit}
+    req = BackportRequest(**fork, **_args.probe_options(args))
     reporter = Reporter()
     outcome = execute(req, reporter)
     for v in outcome.verdicts:

@@ -33,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    req = ContainsRequest(args.matrix, args.fixes, args.releases, args.out, args.runner, args.use_cache)
-    fixes, releases, cells, out = execute(req, reporter)
+    fixes, releases, cells, out = execute(ContainsRequest(releases=args.releases, **_args.selection(args)), reporter)
     table = Table(title="which release carries which fix (by behaviour)")
     table.add_column("fix")
     for r in releases:

@@ -34,22 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def request(args: argparse.Namespace, **overrides: object) -> RunRequest:
-    fields = {
-        "matrix": args.matrix,
-        "fixes": args.fixes,
-        "out": args.out,
-        "source_kind": args.source_kind,
-        "repo": args.repo,
-        "runner": args.runner,
-        "timeout_s": args.timeout,
-        "use_cache": args.use_cache,
-        "selfcheck": args.selfcheck,
-    }
-    return RunRequest(**(fields | overrides))  # type: ignore[arg-type]
+    fields = _args.probe_options(args) | {"source_kind": args.source_kind, "repo": args.repo}
+    return RunRequest(**(fields | {"selfcheck": args.selfcheck} | overrides))
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    outcome = execute(request(args, bundle=args.bundle, key=args.key), reporter)
+    outcome = execute(request(args), reporter)
     reporter.table(outcome.verdicts, outcome.out_dir)
     return outcome.exit_code

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    results, out = execute(SelfcheckRequest(args.matrix, args.fixes, args.out, args.runner, args.use_cache), reporter)
+    results, out = execute(SelfcheckRequest(**_args.selection(args)), reporter)
     for r in results:
         colour = "green" if r.passed else "red"
         reporter.console.print(f"  {r.fix:>7} {r.mutation:<40} [{colour}]{r.outcome}[/{colour}]  {r.reason}")

@@ -9,8 +9,7 @@ backport.json, junit.xml and summary.md, so it can be sealed as a bundle.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
@@ -20,36 +19,26 @@ from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
-from difflab.paths import default_matrix, repo_root
+from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report.record import RunRecord, folder_stamp, utc_now
-from difflab.runner import DEFAULT, build_runner, runner_class
-from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner import build_runner, runner_class
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
-from difflab.workflows.observe import observe
+from difflab.workflows.observe import ProbeOptions, observe
 
 SIDE = "fork"
 
 
-@dataclass
-class BackportRequest:
+@dataclass(kw_only=True)
+class BackportRequest(ProbeOptions):
     """Everything that determines a backport check (recorded in run.json)."""
 
     repo: str
     ref: str
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
-    out: Path | None = None
     upstream: str | None = None
-    runner: str = DEFAULT
-    bundle: bool = True
-    key: Path | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    use_cache: bool = True
     scan_limit: int = DEFAULT_SCAN_LIMIT
     cache: Path | None = None
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
 @dataclass

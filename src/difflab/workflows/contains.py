@@ -18,12 +18,12 @@ from difflab.errors import ConfigError
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import Observation
-from difflab.paths import default_matrix, repo_root
+from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report.record import copy_matrix, folder_stamp, utc_now, write_json
-from difflab.runner import DEFAULT, Runner, build_runner
+from difflab.runner import Runner, build_runner
 from difflab.source.release import ReleaseSource
-from difflab.workflows.observe import observe
+from difflab.workflows.observe import Selection, observe
 
 
 @dataclass
@@ -147,14 +147,11 @@ def run_contains(
     return fixes, releases, cells, out
 
 
-@dataclass
-class ContainsRequest:
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
+@dataclass(kw_only=True)
+class ContainsRequest(Selection):
+    """``difflab contains``: which fixes on which releases (default: every pinned release)."""
+
     releases: list[str] | None = None
-    out: Path | None = None
-    runner: str = DEFAULT
-    use_cache: bool = True
 
 
 def execute(req: ContainsRequest, reporter: Reporter) -> tuple[list[Fix], list[str], list[Cell], Path]:

@@ -6,14 +6,39 @@ is called (base/head, a release, ``fork``).
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from difflab.matrix import Fix
 from difflab.observation import Observation
+from difflab.paths import default_matrix
 from difflab.progress import Reporter
-from difflab.runner import Runner
+from difflab.runner import DEFAULT, Runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.runner.jobs import Sources, build_jobs, observation_logs
+
+
+@dataclass(kw_only=True)
+class Selection:
+    """What every probing workflow takes: which fixes of which matrix, where to, on which back end."""
+
+    matrix: Path = field(default_factory=default_matrix)
+    fixes: list[str] | None = None
+    out: Path | None = None
+    runner: str = DEFAULT
+    use_cache: bool = True
+
+
+@dataclass(kw_only=True)
+class ProbeOptions(Selection):
+    """What the workflows that write a sealed run folder take besides (``run``, ``observe``, ``backport``)."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    bundle: bool = True
+    key: Path | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    """Recorded in run.json (and replayed by ``reproduce``)."""
 
 
 def observe(

@@ -42,21 +42,10 @@ def pipeline_executor(spec: RerunSpec) -> Path:
 
     The result cache is bypassed: a reproduction re-executes every probe.
     """
-    options = {} if spec.sides is None else {"sides": spec.sides}
-    outcome = execute(
-        RunRequest(
-            matrix=spec.matrix,
-            fixes=spec.fixes,
-            out=spec.out,
-            source_kind=spec.source_kind,
-            repo=spec.repo,
-            runner=spec.runner,
-            bundle=False,
-            use_cache=False,
-            **options,
-        )
-    )
-    return Path(outcome.out_dir)
+    fields = {k: getattr(spec, k) for k in ("matrix", "fixes", "out", "source_kind", "repo", "runner")}
+    if spec.sides is not None:
+        fields["sides"] = spec.sides
+    return execute(RunRequest(**fields, bundle=False, use_cache=False)).out_dir
 
 
 def spec_for(bundle_root: Path, out: Path) -> RerunSpec:

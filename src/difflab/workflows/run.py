@@ -7,7 +7,6 @@ good result.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,34 +18,24 @@ from difflab.errors import ConfigError
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
 from difflab.observation import SIDES
-from difflab.paths import default_matrix, repo_root
+from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report import write_reports
 from difflab.report.record import RunRecord, folder_stamp, utc_now
-from difflab.runner import DEFAULT, Runner, build_runner, runner_class
-from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner import Runner, build_runner, runner_class
 from difflab.source import MaterialisedSource, source_class
 from difflab.source.sides import materialise_sides, source_label
 from difflab.upstream_tests import replay_run
-from difflab.workflows.observe import observe
+from difflab.workflows.observe import ProbeOptions, observe
 from difflab.workflows.selfcheck import run_selfcheck, write_selfcheck
 
 
-@dataclass
-class RunRequest:
+@dataclass(kw_only=True)
+class RunRequest(ProbeOptions):
     """Everything that determines a run (recorded in run.json, replayed by ``reproduce``)."""
 
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
-    out: Path | None = None
     source_kind: str = "release"
     repo: str | None = None
-    runner: str = DEFAULT
-    bundle: bool = True
-    key: Path | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    use_cache: bool = True
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
     runner_options: dict[str, Any] = field(default_factory=dict)
     sides: tuple[str, ...] = SIDES
     """Both sides give verdicts; one side (``difflab observe``) only records observations."""

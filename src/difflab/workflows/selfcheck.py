@@ -22,16 +22,17 @@ from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
-from difflab.paths import cache_root, default_matrix, repo_root
+from difflab.paths import cache_root, repo_root
 from difflab.progress import Reporter
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell
 from difflab.report.record import RunRecord, folder_stamp, write_json
-from difflab.runner import DEFAULT, ProbeJob, build_runner
+from difflab.runner import ProbeJob, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.runner.jobs import build_jobs
 from difflab.source import MaterialisedSource
 from difflab.source.release import ReleaseSource
+from difflab.workflows.observe import Selection
 
 OUTCOMES = ("causal", "insensitive", "mutation-stale", "error")
 
@@ -217,15 +218,9 @@ def write_selfcheck(folder: Path, results: list[MutationResult]) -> None:
     (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")
 
 
-@dataclass
-class SelfcheckRequest:
+@dataclass(kw_only=True)
+class SelfcheckRequest(Selection):
     """``difflab selfcheck``: the fixes whose heads get their reverting mutations."""
-
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
-    out: Path | None = None
-    runner: str = DEFAULT
-    use_cache: bool = True
 
 
 def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationResult], Path]:
