@@ -33,7 +33,7 @@ REQUIREMENTS = "cpu-requirements.txt"
 NODEPS_REQUIREMENTS = "cpu-requirements-nodeps.txt"
 
 
-def _spec_text(name: str) -> str:
+def spec_text(name: str) -> str:
     return resources.files("difflab.environment").joinpath(name).read_text()
 
 
@@ -41,7 +41,7 @@ def spec_digest(python_version: str | None = None) -> str:
     """Digest of what defines the environment: pinned requirements and Python X.Y."""
     py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     h = hashlib.sha256()
-    for part in (py, _spec_text(REQUIREMENTS), _spec_text(NODEPS_REQUIREMENTS)):
+    for part in (py, spec_text(REQUIREMENTS), spec_text(NODEPS_REQUIREMENTS)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -93,9 +93,9 @@ class SharedEnvironment:
         py = str(into / "bin" / "python")
         with tempfile.TemporaryDirectory() as tmp:
             req = Path(tmp) / REQUIREMENTS
-            req.write_text(_spec_text(REQUIREMENTS))
+            req.write_text(spec_text(REQUIREMENTS))
             nodeps = Path(tmp) / NODEPS_REQUIREMENTS
-            nodeps.write_text(_spec_text(NODEPS_REQUIREMENTS))
+            nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
             pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *self.pip_args]
             self._run([*pip, "-r", str(req)], "install the pinned requirements")
             self._run([*pip, "--no-deps", "-r", str(nodeps)], "install the --no-deps requirements")
@@ -130,8 +130,8 @@ class SharedEnvironment:
             "python_version": version,
             "platform": platform.platform(),
             "packages": packages,
-            "requirements": _spec_text(REQUIREMENTS).splitlines(),
-            "requirements_nodeps": _spec_text(NODEPS_REQUIREMENTS).splitlines(),
+            "requirements": spec_text(REQUIREMENTS).splitlines(),
+            "requirements_nodeps": spec_text(NODEPS_REQUIREMENTS).splitlines(),
             "stubs": list(stubs.STUBBED),
         }
 

@@ -75,7 +75,7 @@ class ReleaseSource:
         with lock:
             if not (target / "sglang" / "__init__.py").exists():
                 wheel = self._wheel(pin)
-                self._unpack(wheel, target)
+                unpack_sglang(wheel, target)
         return MaterialisedSource(
             label=pin.version,
             kind="release",
@@ -139,12 +139,12 @@ class ReleaseSource:
             )
         return path
 
-    @staticmethod
-    def _unpack(wheel: Path, target: Path) -> None:
-        """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
-        with atomic_folder(target) as tmp, zipfile.ZipFile(wheel) as zf:
-            members = [n for n in zf.namelist() if n.startswith("sglang/")]
-            for name in members:
-                if name.startswith("/") or ".." in Path(name).parts:
-                    raise SourceError(f"{wheel.name}: unsafe member {name!r}")
-            zf.extractall(tmp, members=members)
+
+def unpack_sglang(wheel: Path, target: Path) -> None:
+    """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
+    with atomic_folder(target) as tmp, zipfile.ZipFile(wheel) as zf:
+        members = [n for n in zf.namelist() if n.startswith("sglang/")]
+        for name in members:
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise SourceError(f"{wheel.name}: unsafe member {name!r}")
+        zf.extractall(tmp, members=members)
