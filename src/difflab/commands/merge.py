@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    verdicts = merge(args.folders, args.out, args.matrix, args.bundle)
-    Reporter().table(verdicts, args.out)
+    reporter = Reporter()
+    verdicts = merge(args.folders, args.out, args.matrix, args.bundle, reporter)
+    reporter.table(verdicts, args.out)
     return 0 if all(v.passed for v in verdicts) else 1

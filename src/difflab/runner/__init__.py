@@ -9,6 +9,8 @@ and one entry in that tuple, nothing else.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from difflab.errors import ConfigError
@@ -37,10 +39,17 @@ def runner_for(name: str, **options: Any) -> Runner:
     return runner_class(name)(**options)
 
 
-def build_runner(name: str, environment: Any, use_cache: bool, **options: Any) -> Runner:
-    """``runner_for`` on the shared environment, wrapped in the result cache where the back end allows it."""
+def build_runner(
+    name: str, environment: Any, use_cache: bool, say: Callable[[str], None] | None = None, **options: Any
+) -> Runner:
+    """``runner_for`` on the shared environment, wrapped in the result cache where the back end allows it.
+
+    ``say`` goes to a back end that reports progress of its own (``say`` field: docker's image build).
+    """
     cls = runner_class(name)
     options.setdefault("environment", environment)
+    if say is not None and "say" in {f.name for f in dataclasses.fields(cls)}:
+        options.setdefault("say", say)
     runner = cls(**options)
     if not (use_cache and cls.result_cache):
         return runner

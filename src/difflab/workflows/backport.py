@@ -69,7 +69,7 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
         env = SharedEnvironment()
         if runner_class(req.runner).local_environment:
             env.ensure(progress=say)
-        runner = build_runner(req.runner, env, req.use_cache)
+        runner = build_runner(req.runner, env, req.use_cache, say)
         observed = observe(fixes, {(fix.id, SIDE): fork for fix in fixes}, runner, work, reporter, req.timeout_s)
         by_key = {(obs.fix, obs.probe): obs for obs in observed}
         verdicts = []
@@ -106,7 +106,7 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
         }
         record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if req.bundle:
-            seal(work, key=req.key)
+            seal(work, key=req.key, echo=reporter.say)
     for v in verdicts:
         say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
     return BackportOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)

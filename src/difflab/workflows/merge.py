@@ -11,6 +11,7 @@ from difflab.errors import ConfigError
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
+from difflab.progress import Reporter
 from difflab.report import write_reports
 from difflab.report.record import RunRecord
 
@@ -38,7 +39,9 @@ def label(obs: Observation) -> dict[str, Any]:
     return {"label": name, **src}
 
 
-def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool) -> list[FixVerdict]:
+def merge(
+    folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool, reporter: Reporter | None = None
+) -> list[FixVerdict]:
     observations = collect(folders)
     if matrix_path is None:
         copies = sorted(p for f in folders for p in f.glob("**/matrix.toml"))
@@ -61,5 +64,5 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
         record.write(work, 0 if all(v.passed for v in verdicts) else 1, matrix=(matrix.path, matrix.sha256))
         write_reports(work, verdicts)
         if bundle:
-            seal(work)
+            seal(work, echo=(reporter or Reporter()).say)
     return verdicts

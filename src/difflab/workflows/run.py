@@ -57,8 +57,9 @@ def default_out() -> Path:
     return repo_root() / "results" / folder_stamp(utc_now())
 
 
-def make_runner(req: RunRequest, env: SharedEnvironment) -> Runner:
-    return build_runner(req.runner, env, req.use_cache, **req.runner_options)
+def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
+    say = reporter.say if reporter else None
+    return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
 
 
 def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
@@ -78,7 +79,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         env = SharedEnvironment()
         if local:
             env.ensure(progress=reporter.say)
-        runner = make_runner(req, env)
+        runner = make_runner(req, env, reporter)
         observed = observe(fixes, sources, runner, work, reporter, req.timeout_s)
         verdicts: list[FixVerdict] = []
         if req.both_sides:
@@ -106,5 +107,5 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         if req.source_kind == "git" and req.both_sides and local:
             replay_run(work, fixes, sources, env, reporter.say)
         if req.bundle:
-            seal(work, key=req.key)
+            seal(work, key=req.key, echo=reporter.say)
     return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
