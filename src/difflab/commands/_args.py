@@ -59,6 +59,15 @@ def no_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", dest="use_cache", action="store_false", help="ignore cached probe results")
 
 
+def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only: bool = False) -> None:
+    """The arguments behind :class:`~difflab.workflows.observe.Selection`: matrix, fixes, out, back end, cache."""
+    matrix(parser)
+    fixes(parser)
+    out(parser, out_default)
+    backend(parser, local_only)
+    no_cache(parser)
+
+
 def selection(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
     return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}

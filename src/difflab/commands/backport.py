@@ -17,14 +17,11 @@ HELP = "run each fix's probes on a fork's ref: present, absent, partial or error
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, help="the fork: git URL or local path")
     parser.add_argument("--ref", required=True, help="branch, tag or commit of the fork to check")
-    _args.fixes(parser)
-    _args.out(parser, "results/backport-<timestamp>")
-    _args.matrix(parser)
+    _args.add_selection(parser, "results/backport-<timestamp>")
     parser.add_argument(
         "--upstream",
         help=f"where upstream fix commits come from, for the evidence (default: ${REPO_ENV} or SGLang upstream)",
     )
-    _args.backend(parser)
     _args.timeout(parser)
     parser.add_argument(
         "--scan-limit",
@@ -33,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fork commits scanned for a patch-equivalent commit (default: %(default)s)",
     )
     _args.bundle(parser)
-    _args.no_cache(parser)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.table import Table
 
@@ -17,8 +16,7 @@ COLOURS = {"fixed": "green", "bug": "red", "partial": "yellow", "error": "bold r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    _args.matrix(parser)
-    _args.fixes(parser)
+    _args.add_selection(parser, "results/contains-<timestamp>", local_only=True)
     parser.add_argument(
         "--release",
         action="append",
@@ -26,9 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X.Y.Z",
         help="release to check (repeatable; default: every pinned release)",
     )
-    parser.add_argument("--out", type=Path, help="folder for contains.json / contains.md")
-    _args.backend(parser, local_only=True)
-    _args.no_cache(parser)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,18 +14,11 @@ HELP = "run the fixes' probes on base and head sources and write verdicts"
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """What ``run`` and ``observe`` share: which fixes, from where, on which back end."""
-    _args.matrix(parser)
-    _args.fixes(parser)
-    _args.out(parser, "results/<timestamp>")
+    _args.add_selection(parser, "results/<timestamp>")
     _args.source(parser)
-    _args.backend(parser)
     _args.timeout(parser)
-    parser.add_argument(
-        "--selfcheck",
-        action="store_true",
-        help="also apply each fix's reverting mutations to its head (causality self-check)",
-    )
-    _args.no_cache(parser)
+    selfcheck = "also apply each fix's reverting mutations to its head (causality self-check)"
+    parser.add_argument("--selfcheck", action="store_true", help=selfcheck)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

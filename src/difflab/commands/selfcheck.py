@@ -13,11 +13,7 @@ HELP = "apply each fix's reverting mutations to its head source; the probes must
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    _args.matrix(parser)
-    _args.fixes(parser)
-    _args.out(parser, "results/selfcheck-<timestamp>")
-    _args.backend(parser, local_only=True)
-    _args.no_cache(parser)
+    _args.add_selection(parser, "results/selfcheck-<timestamp>", local_only=True)
 
 
 def main(args: argparse.Namespace) -> int:
