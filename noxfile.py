@@ -72,5 +72,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
-    session.run("ruff", "check", "src", "probes", "tests", "ci", "bench", "noxfile.py")
+    """ruff: lint and formatting, the whole tree (the settings are in pyproject.toml)."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")

@@ -1,8 +1,15 @@
 """Benchmark: the lab against the naive way, side by side in one run. A script, not a test.
 
     .venv/bin/python bench/bench_lab.py [--quick] [--fix N] [--env-build] [--with-subprocess]
+                                        [--cache DIR] [--json FILE]
+    .venv/bin/python bench/bench_lab.py --render FILE      # the README table from a measurement
 
-Phases, each over the same probe jobs (every selected fix, both sides, every probe):
+Measuring writes every number into one JSON document (``--json``, default
+``results/bench.json``); the tables are rendered from that document, so the README's
+table can be made again from the file without measuring again.
+
+Phases, each over the same probe jobs (every selected fix, both sides, every probe),
+built by the lab's own job builder from the lab's release source:
 
 (a) naive: what asv-style tools do. Per SGLang version a fresh virtualenv gets the
     lab's pinned requirements and the release wheel (``pip install --no-deps``), from
@@ -14,12 +21,14 @@ Phases, each over the same probe jobs (every selected fix, both sides, every pro
 (c) lab warm: ``--no-cache`` after (b): warm runner, bytecode cached, hub preload list
     learned, OS page cache hot; every probe runs again (no result is reused).
 (d) lab cache hit: the same command as (b) again; every result comes from the cache.
+(e) with ``--with-subprocess``: ``--backend subprocess --no-cache``.
 
-The lab phases run the real CLI in a subprocess with ``DIFFLAB_CACHE`` pointing at a
-scratch cache whose ``envs``, ``sources`` and ``wheels`` link to the real ones. Memory
-is sampled every 0.2 s over the measured process tree: peak sum of RSS (counts the
-pages forked processes share once per process, so it overstates the warm runner) and
-peak sum of PSS (shared pages split between their sharers: the honest total).
+The lab phases run the real CLI in a subprocess whose ``DIFFLAB_CACHE`` is a scratch
+cache whose ``envs``, ``sources`` and ``wheels`` link to the real ones (``--cache``);
+the in-process measurements get the same scratch cache passed in. Memory is sampled
+every 0.2 s over the measured process tree: peak sum of RSS (counts the pages forked
+processes share once per process, so it overstates the warm runner) and peak sum of
+PSS (shared pages split between their sharers: the honest total).
 """
 
 from __future__ import annotations
@@ -36,31 +45,35 @@ import tempfile
 import threading
 import time
 import venv
-import zipfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from difflab.environment.shared import NODEPS_REQUIREMENTS, REQUIREMENTS, SharedEnvironment
+from difflab.environment.shared import NODEPS_REQUIREMENTS, REQUIREMENTS, SharedEnvironment, spec_text
 from difflab.matrix import Fix, load_matrix
-from difflab.paths import cache_root, default_matrix, probes_dir
+from difflab.paths import cache_root, default_matrix
+from difflab.report.markdown import table
 from difflab.runner.base import ProbeJob
+from difflab.runner.jobs import build_jobs
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.runner.warm import WarmRunner
-from difflab.source.base import MaterialisedSource
-from difflab.source.release import ReleaseSource
+from difflab.source.release import ReleaseSource, unpack_sglang
+from difflab.source.sides import materialise_sides
 
 MB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
+LAST_RUN = Path(__file__).resolve().parents[1] / "results" / "bench.json"
+PHASES = {
+    "a": "naive: a venv per version with sglang installed, a process per probe",
+    "b": "lab cold (empty result cache, fresh warm servers)",
+    "c": "lab warm (no result cache)",
+    "d": "lab, full cache hit",
+    "e": "lab `--backend subprocess`",
+}
+"""Each phase as the README's table names it."""
 
 
 # -- measuring -----------------------------------------------------------------------
-def spec_text(name: str) -> str:
-    """The shared environment's pinned requirement files (the naive venvs get the same pins)."""
-    return resources.files("difflab.environment").joinpath(name).read_text()
-
-
 def _children_map() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
@@ -143,13 +156,15 @@ def du(*paths: Path) -> int:
 @dataclass
 class Phase:
     key: str
-    label: str
     wall_s: float
     peak_rss: int
     peak_pss: int
     disk: int
     note: str = ""
     observations: dict[tuple[str, str, str], tuple[str, Any]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "observations"}
 
 
 def say(message: str) -> None:
@@ -163,6 +178,14 @@ def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def requirement_files(into: Path) -> tuple[Path, Path]:
+    """The shared environment's pinned requirement files (the naive venvs get the same pins)."""
+    req, nodeps = into / REQUIREMENTS, into / NODEPS_REQUIREMENTS
+    req.write_text(spec_text(REQUIREMENTS))
+    nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
+    return req, nodeps
+
+
 # -- the jobs ------------------------------------------------------------------------
 def select_fixes(matrix_path: Path, wanted: list[str] | None, quick: bool) -> list[Fix]:
     fixes = [f for f in load_matrix(matrix_path).select(wanted) if f.probes]
@@ -171,25 +194,10 @@ def select_fixes(matrix_path: Path, wanted: list[str] | None, quick: bool) -> li
     return fixes[:1] if quick else fixes
 
 
-def bench_jobs(fixes: list[Fix], sources: dict[str, MaterialisedSource], logs: Path) -> list[ProbeJob]:
-    jobs = []
-    for fix in fixes:
-        for side in ("base", "head"):
-            release = getattr(fix, side).release
-            if not release:
-                continue
-            for spec in fix.probes:
-                jobs.append(
-                    ProbeJob(
-                        fix_id=fix.id,
-                        probe=spec.name,
-                        side=side,
-                        source=sources[release],
-                        probe_file=probes_dir() / f"{spec.name}.py",
-                        log_path=logs / fix.id / side / f"{spec.name}.log",
-                    )
-                )
-    return jobs
+def bench_jobs(fixes: list[Fix], backend: ReleaseSource, logs: Path) -> list[ProbeJob]:
+    """The lab's own jobs for both sides of every fix (a side without a release has none)."""
+    sources = materialise_sides(fixes, backend, lambda _m: None)
+    return build_jobs(fixes, sources, lambda fix, side: logs / fix / side)[0]
 
 
 # -- (a) the naive way -----------------------------------------------------------------
@@ -205,18 +213,16 @@ class NaiveEnvironment:
         return self.path / "bin" / "python"
 
 
-def wheelhouse(env: SharedEnvironment) -> Path:
+def wheelhouse(env: SharedEnvironment, cache: Path) -> Path:
     """The pinned requirements as wheels on local disk (built once, not timed)."""
-    folder = cache_root() / "bench" / "wheelhouse"
+    folder = cache / "bench" / "wheelhouse"
     stamp = folder / ".complete"
     if stamp.exists():
         return folder
     say(f"building the wheelhouse {folder} (once, not timed)")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        req, nodeps = Path(tmp) / REQUIREMENTS, Path(tmp) / NODEPS_REQUIREMENTS
-        req.write_text(spec_text(REQUIREMENTS))
-        nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
+        req, nodeps = requirement_files(Path(tmp))
         pip = [str(env.python), "-m", "pip", "wheel", "--quiet", "-w", str(folder), *env.pip_args]
         run([*pip, "-r", str(req)])
         run([*pip, "--no-deps", "-r", str(nodeps)])
@@ -228,9 +234,7 @@ def naive_venv(into: Path, wheels: Path, wheel: Path) -> dict[str, float]:
     """What a per-version tool does before its first probe: venv, requirements, SGLang."""
     times: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        req, nodeps = Path(tmp) / REQUIREMENTS, Path(tmp) / NODEPS_REQUIREMENTS
-        req.write_text(spec_text(REQUIREMENTS))
-        nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
+        req, nodeps = requirement_files(Path(tmp))
         t = time.perf_counter()
         venv.EnvBuilder(with_pip=True, clear=True).create(into)
         pip = [
@@ -253,9 +257,9 @@ def naive_venv(into: Path, wheels: Path, wheel: Path) -> dict[str, float]:
 
 
 def phase_naive(
-    jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str, Path], scratch: Path, keep: bool
+    jobs: list[ProbeJob], env: SharedEnvironment, wheel_of: dict[str, Path], scratch: Path, cache: Path, keep: bool
 ) -> tuple[Phase, dict[str, Any]]:
-    wheels = wheelhouse(env)
+    wheels = wheelhouse(env, cache)
     releases = sorted({j.source.label for j in jobs}, key=lambda v: [int(x) for x in v.split(".")])
     empty = scratch / "empty-root"
     empty.mkdir(exist_ok=True)
@@ -274,7 +278,8 @@ def phase_naive(
                 if j.source.label == release
             ]
             say(f"(a) naive: {len(own)} probe process(es) on {release}")
-            runner = SubprocessRunner(environment=NaiveEnvironment(path), workers=os.cpu_count() or 1)  # type: ignore[arg-type]
+            naive = NaiveEnvironment(path)
+            runner = SubprocessRunner(environment=naive, workers=os.cpu_count() or 1, cache=scratch)  # type: ignore[arg-type]
             t = time.perf_counter()
             for obs in runner.run(own):
                 observations[(obs.fix, obs.side, obs.probe)] = (obs.status, obs.fields)
@@ -284,41 +289,38 @@ def phase_naive(
             if not keep:
                 shutil.rmtree(path, ignore_errors=True)
     note = f"{len(releases)} venvs, {len(jobs)} probe processes"
-    return Phase(
-        "a", "naive: venv per version + process per probe", wall, mem.peak_rss, mem.peak_pss, disk, note, observations
-    ), {"venv_builds": builds}
+    return Phase("a", wall, mem.peak_rss, mem.peak_pss, disk, note, observations), {"venv_builds": builds}
 
 
-# -- (b)-(d) the lab -----------------------------------------------------------------
-def scratch_cache(scratch: Path) -> Path:
+# -- (b)-(e) the lab -----------------------------------------------------------------
+def scratch_cache(scratch: Path, cache: Path) -> Path:
     """A cache that shares the real environment, sources and wheels, and nothing else."""
-    cache = scratch / "cache"
-    cache.mkdir()
-    real = cache_root()
+    shared = scratch / "cache"
+    shared.mkdir()
     for name in ("envs", "sources", "wheels"):
-        (real / name).mkdir(parents=True, exist_ok=True)
-        (cache / name).symlink_to(real / name)
-    return cache
+        (cache / name).mkdir(parents=True, exist_ok=True)
+        (shared / name).symlink_to(cache / name)
+    return shared
 
 
-def phase_cli(key: str, label: str, args: list[str], cache: Path, out: Path, disk: int, note: str) -> Phase:
+def phase_cli(key: str, args: list[str], cache: Path, out: Path, disk: int, note: str) -> Phase:
     cmd = [sys.executable, "-m", "difflab", "run", "--no-bundle", "--out", str(out), *args]
-    env = dict(os.environ, DIFFLAB_CACHE=str(cache))
     say(f"({key}) {' '.join(cmd[2:])}")
     started = time.perf_counter()
+    env = dict(os.environ, DIFFLAB_CACHE=str(cache))  # the child's environment only
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with Sampler(proc.pid) as mem:
         output, _ = proc.communicate()
     wall = time.perf_counter() - started
     if proc.returncode not in (0, 1) or not (out / "run.json").exists():
         raise SystemExit(f"difflab run failed ({proc.returncode}):\n{output[-4000:]}")
-    observations = {}
+    observations, cached = {}, 0
     for path in (out / "observations").glob("*/*/*.json"):
         o = json.loads(path.read_text())
+        cached += bool(o.get("cached"))
         if o["status"] != "unavailable":
             observations[(o["fix"], o["side"], o["probe"])] = (o["status"], o["fields"])
-    cached = sum(1 for p in (out / "observations").glob("*/*/*.json") if json.loads(p.read_text()).get("cached"))
-    return Phase(key, label, wall, mem.peak_rss, mem.peak_pss, disk, f"{note}; {cached} cached", observations)
+    return Phase(key, wall, mem.peak_rss, mem.peak_pss, disk, f"{note}; {cached} cached", observations)
 
 
 def marginal(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path, logs: Path, reps: int = 5) -> dict[str, Any]:
@@ -328,7 +330,6 @@ def marginal(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path, logs: Pa
     the first probe's result to the last one's, over the probes in between, so the server import
     and the first fork are not in it.
     """
-    os.environ["DIFFLAB_CACHE"] = str(cache)
     by_release: dict[str, list[ProbeJob]] = {}
     for j in jobs:
         by_release.setdefault(j.source.label, []).append(j)
@@ -341,26 +342,23 @@ def marginal(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path, logs: Pa
     out: dict[str, Any] = {"release": release, "probes": len(batch)}
     for parallel in sorted({1, os.cpu_count() or 1}):
         done: list[float] = []
-        with WarmRunner(environment=env, workers=1, parallel=parallel) as runner:
+        with WarmRunner(environment=env, workers=1, parallel=parallel, cache=cache) as runner:
             observed = runner.run(batch, on_done=lambda _obs, done=done: done.append(time.perf_counter()))
             walls = [w for w in runner.stats["probe_wall_s"] if w is not None]
         out[f"per_probe_s_parallel{parallel}"] = (done[-1] - done[0]) / (len(done) - 1)
         if parallel == 1:
             out["fork_to_exit_mean_s"] = statistics.mean(walls)
             out["observe_mean_s"] = statistics.mean(o.duration_s for o in observed)
-    os.environ.pop("DIFFLAB_CACHE", None)
     return out
 
 
 def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> dict[str, Any]:
     """Where a warm run's time goes: the same jobs in-process, with the runner's own timings."""
-    os.environ["DIFFLAB_CACHE"] = str(cache)
     t = time.perf_counter()
-    with WarmRunner(environment=env) as runner:
+    with WarmRunner(environment=env, cache=cache) as runner:
         observed = runner.run(jobs)
         total = time.perf_counter() - t
         stats = runner.stats
-    os.environ.pop("DIFFLAB_CACHE", None)
     return {
         "total_s": total,
         "hub": stats["hubs"][0],
@@ -371,17 +369,16 @@ def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> d
 
 
 def unpack_time(wheels: list[Path], scratch: Path) -> float:
-    """What materialising the sources costs once they are downloaded (``sglang/`` out of each wheel)."""
+    """What materialising the sources costs once downloaded: the release source's own unpacker."""
     t = time.perf_counter()
     for wheel in wheels:
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(scratch / "unpack" / wheel.stem, [n for n in zf.namelist() if n.startswith("sglang/")])
+        unpack_sglang(wheel, scratch / "unpack" / wheel.stem)
     return time.perf_counter() - t
 
 
-def env_build_time(env: SharedEnvironment, scratch: Path) -> float:
+def env_build_time(env: SharedEnvironment, cache: Path, scratch: Path) -> float:
     """The one-off shared environment, built by the lab's own code from the local wheelhouse."""
-    wheels = wheelhouse(env)
+    wheels = wheelhouse(env, cache)
     fresh = SharedEnvironment(cache=scratch / "envcache", pip_args=["--no-index", "--find-links", str(wheels)])
     t = time.perf_counter()
     fresh.ensure()
@@ -390,19 +387,92 @@ def env_build_time(env: SharedEnvironment, scratch: Path) -> float:
     return took
 
 
-# -- report ----------------------------------------------------------------------------
-def table(phases: list[Phase], naive: Phase | None) -> str:
-    lines = [
-        "| phase | wall s | vs naive | peak ΣRSS MB | peak ΣPSS MB | disk MB | note |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for p in phases:
-        ratio = f"{p.wall_s / naive.wall_s:.1%}" if naive and p is not naive else ""
-        lines.append(
-            f"| ({p.key}) {p.label} | {p.wall_s:.1f} | {ratio} | {p.peak_rss / MB:.0f} | "
-            f"{p.peak_pss / MB:.0f} | {p.disk / MB:.0f} | {p.note} |"
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase and every side measurement, as one JSON-ready document."""
+    cache = args.cache.resolve()
+    fixes = select_fixes(args.matrix, args.fixes, args.quick)
+    matrix = load_matrix(args.matrix)
+    releases = sorted({getattr(f, s).release for f in fixes for s in ("base", "head") if getattr(f, s).release})
+    say(f"{len(fixes)} fix(es), releases {', '.join(releases)}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
+    backend = ReleaseSource(matrix.releases, cache=cache)
+    wheel_of = {r: cache / "wheels" / matrix.releases[r].file for r in releases}
+    env = SharedEnvironment(cache=cache).ensure()
+    scratch = Path(tempfile.mkdtemp(prefix="difflab-bench-"))
+    common = ["--matrix", str(args.matrix), *(a for f in fixes for a in ("--fix", f.id))]
+    try:
+        jobs = bench_jobs(fixes, backend, scratch / "logs")
+        results: dict[str, Any] = {"cores": os.cpu_count(), "jobs": len(jobs), "releases": releases}
+        results["load_before"] = os.getloadavg()
+        phases: list[Phase] = []
+        if not args.skip_naive:
+            naive, info = phase_naive(jobs, env, wheel_of, scratch, cache, args.keep)
+            phases.append(naive)
+            results |= info
+        lab = scratch_cache(scratch, cache)
+        disk_static = du(env.path, *{j.source.root for j in jobs})
+        cold = phase_cli("b", common, lab, scratch / "out-b", 0, "shared env + sources exist")
+        cold.disk = lab_disk = disk_static + du(*(lab / n for n in ("pycache", "results", "warm", "childlib")))
+        phases.append(cold)
+        phases.append(phase_cli("c", [*common, "--no-cache"], lab, scratch / "out-c", lab_disk, "all probes re-run"))
+        phases.append(phase_cli("d", common, lab, scratch / "out-d", lab_disk, "nothing re-runs"))
+        if args.with_subprocess:
+            e_args = [*common, "--no-cache", "--backend", "subprocess"]
+            phases.append(phase_cli("e", e_args, lab, scratch / "out-e", lab_disk, "a fresh process per probe"))
+        say("profile of a warm run, and the marginal cost per probe on a warm server")
+        # The sources as the lab phases saw them (through the scratch cache), so their bytecode is warm.
+        lab_env = SharedEnvironment(cache=lab)
+        lab_jobs = bench_jobs(fixes, ReleaseSource(matrix.releases, cache=lab), scratch / "logs-lab")
+        results["profile"] = profile_warm(lab_jobs, lab_env, lab)
+        results["marginal"] = marginal(lab_jobs, lab_env, lab, scratch / "logs-lab")
+        results["unpack_s"] = unpack_time(list(wheel_of.values()), scratch)
+        if args.env_build:
+            say("one-off: building a shared environment from the wheelhouse")
+            results["env_build_s"] = env_build_time(env, cache, scratch)
+        results["load_after"] = os.getloadavg()
+        reference = phases[0]
+        results["identical_to"] = reference.key
+        results["identical"] = {p.key: p.observations == reference.observations for p in phases[1:]}
+        results["phases"] = [p.as_dict() for p in phases]
+        return results
+    finally:
+        if args.keep:
+            say(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- rendering ---------------------------------------------------------------------------
+def render(results: dict[str, Any]) -> str:
+    """The README's table and the lines under it, from a measurement document."""
+    phases = results["phases"]
+    naive = next((p for p in phases if p["key"] == "a"), None)
+    rows = [
+        (
+            f"({p['key']}) {PHASES[p['key']]}",
+            f"{p['wall_s']:.1f}",
+            f"{p['wall_s'] / naive['wall_s']:.1%}".replace("%", " %") if naive and p is not naive else "",
+            f"{p['peak_pss'] / MB:.0f}",
+            f"{p['disk'] / MB:.0f}",
         )
-    return "\n".join(lines)
+        for p in phases
+    ]
+    aligned = ("---", "---:", "---:", "---:", "---:")
+    lines = table(("phase", "wall s", "vs naive", "peak ΣPSS MB", "disk MB"), rows, aligned)
+    m, cores = results["marginal"], results["cores"]
+    cost = f"Per-probe marginal cost {m['per_probe_s_parallel1'] * 1000:.0f} ms"
+    if cores > 1 and f"per_probe_s_parallel{cores}" in m:
+        cost += f" ({m[f'per_probe_s_parallel{cores}'] * 1000:.0f} ms {cores} at a time)"
+    once = [f"unpacking {len(results['releases'])} release(s) {results['unpack_s']:.1f} s"]
+    if "env_build_s" in results:
+        once.insert(0, f"building the shared environment {results['env_build_s']:.1f} s")
+    same = ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in results["identical"].items())
+    lines += [
+        "",
+        f"{cost}. One-off: {', '.join(once)}.",
+        "",
+        f"Observations identical to ({results['identical_to']}): {same}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,151 +488,20 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the lab's one-process-per-probe back end (--backend subprocess --no-cache)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (venvs, runs)")
-    parser.add_argument("--json", type=Path, help="write all numbers here too")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="the lab cache to measure from (default: $DIFFLAB_CACHE)"
+    )
+    parser.add_argument("--json", type=Path, default=LAST_RUN, help="where the numbers go (default: %(default)s)")
+    parser.add_argument("--render", type=Path, metavar="FILE", help="only render the tables from a measurement")
     args = parser.parse_args(argv)
-
-    fixes = select_fixes(args.matrix, args.fixes, args.quick)
-    matrix = load_matrix(args.matrix)
-    releases = sorted({getattr(f, s).release for f in fixes for s in ("base", "head") if getattr(f, s).release})
-    say(f"{len(fixes)} fix(es), releases {', '.join(releases)}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
-    backend = ReleaseSource(matrix.releases)
-    sources = {r: backend.release(r) for r in releases}
-    wheel_of = {r: cache_root() / "wheels" / matrix.releases[r].file for r in releases}
-    env = SharedEnvironment().ensure()
-    scratch = Path(tempfile.mkdtemp(prefix="difflab-bench-"))
-    fix_args = [a for f in fixes for a in ("--fix", f.id)]
-    try:
-        jobs = bench_jobs(fixes, sources, scratch / "logs")
-        phases: list[Phase] = []
-        extra: dict[str, Any] = {
-            "cores": os.cpu_count(),
-            "jobs": len(jobs),
-            "releases": releases,
-            "load_before": os.getloadavg(),
-        }
-        naive = None
-        if not args.skip_naive:
-            naive, info = phase_naive(jobs, env, wheel_of, scratch, args.keep)
-            phases.append(naive)
-            extra |= info
-        cache = scratch_cache(scratch)
-        common = ["--matrix", str(args.matrix), *fix_args]
-        disk_static = du(env.path, *(s.root for s in sources.values()))
-        cold = phase_cli(
-            "b",
-            "lab cold (empty caches, fresh servers)",
-            common,
-            cache,
-            scratch / "out-b",
-            0,
-            "shared env + sources exist",
-        )
-        lab_disk = disk_static + du(cache / "pycache", cache / "results", cache / "warm", cache / "childlib")
-        cold.disk = lab_disk
-        phases.append(cold)
-        phases.append(
-            phase_cli(
-                "c",
-                "lab warm (bytecode + preload list hot, no result cache)",
-                [*common, "--no-cache"],
-                cache,
-                scratch / "out-c",
-                lab_disk,
-                "all probes re-run",
-            )
-        )
-        phases.append(
-            phase_cli("d", "lab full cache hit", common, cache, scratch / "out-d", lab_disk, "nothing re-runs")
-        )
-        if args.with_subprocess:
-            phases.append(
-                phase_cli(
-                    "e",
-                    "lab --backend subprocess (old default)",
-                    [*common, "--no-cache", "--backend", "subprocess"],
-                    cache,
-                    scratch / "out-e",
-                    lab_disk,
-                    "a fresh process per probe",
-                )
-            )
-        say("profile of a warm run, and the marginal cost per probe on a warm server")
-        # The sources as the lab phases saw them (through the scratch cache), so their bytecode is warm.
-        seen = ReleaseSource(matrix.releases, cache=cache)
-        lab_jobs = bench_jobs(fixes, {r: seen.release(r) for r in releases}, scratch / "logs-lab")
-        extra["profile"] = profile_warm(lab_jobs, env, cache)
-        extra["marginal"] = marginal(lab_jobs, env, cache, scratch / "logs-lab")
-        extra["unpack_s"] = unpack_time(list(wheel_of.values()), scratch)
-        if args.env_build:
-            say("one-off: building a shared environment from the wheelhouse")
-            extra["env_build_s"] = env_build_time(env, scratch)
-        extra["load_after"] = os.getloadavg()
-
-        reference = phases[-1] if args.skip_naive else naive
-        same = {p.key: p.observations == reference.observations for p in phases if p is not reference and reference}
-        print(table(phases, naive))
-        print()
-        m = extra["marginal"]
-        print(
-            f"jobs: {len(jobs)} probe runs over {len(releases)} release(s); cores: {os.cpu_count()}; load average "
-            f"{extra['load_before'][0]:.1f} before, {extra['load_after'][0]:.1f} after"
-        )
-        print(
-            f"observations identical to ({reference.key}): "
-            + ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in same.items())
-        )
-        print(
-            f"per-probe marginal cost on a warm server ({m['release']}, {m['probes']} probes): "
-            f"{m['per_probe_s_parallel1'] * 1000:.0f} ms serial, "
-            f"{m[f'per_probe_s_parallel{os.cpu_count() or 1}'] * 1000:.0f} ms with {os.cpu_count()} at once; "
-            f"of the serial cost, observe() itself {m['observe_mean_s'] * 1000:.0f} ms, fork to exit "
-            f"{(m['fork_to_exit_mean_s'] - m['observe_mean_s']) * 1000:.0f} ms more, lab/hub/server round trip "
-            f"{(m['per_probe_s_parallel1'] - m['fork_to_exit_mean_s']) * 1000:.0f} ms (means)"
-        )
-        prof = extra["profile"]
-        servers = prof["servers"]
-        print(
-            f"warm run profile (in-process, {prof['total_s']:.1f} s): hub import {prof['hub']['import_s']:.1f} s "
-            f"({prof['hub']['import_cpu_s']:.1f} s CPU, {prof['hub']['preloaded']} modules, serial); "
-            f"{len(servers)} server imports {sum(x['import_s'] for x in servers):.1f} s "
-            f"({sum(x['import_cpu_s'] for x in servers):.1f} s CPU, {os.cpu_count()} at once); "
-            f"probes fork-to-exit {prof['probes_fork_to_exit_s']:.1f} s (observe() {prof['observe_s']:.1f} s)"
-        )
-        if naive:
-            builds = extra["venv_builds"]
-            per = statistics.mean(b["requirements_s"] + b["sglang_s"] for b in builds.values())
-            probe_s = sum(b["probes_s"] for b in builds.values()) / len(jobs) * (os.cpu_count() or 1)
-            print(
-                f"naive: {per:.1f} s per virtualenv on average (requirements + sglang), "
-                f"{naive.disk / MB / len(builds):.0f} MB each; ~{probe_s:.1f} s per probe process"
-            )
-        print(
-            f"one-off: unpacking {len(releases)} release(s) {extra['unpack_s']:.1f} s"
-            + (f"; shared environment build {extra['env_build_s']:.1f} s" if "env_build_s" in extra else "")
-        )
-        cold_fresh = cold.wall_s + extra["unpack_s"] + extra.get("env_build_s", 0.0)
-        if "env_build_s" in extra:
-            print(f"cold run on a fresh machine (env build + unpack + lab cold, no downloads): {cold_fresh:.0f} s")
-        if args.json:
-            args.json.write_text(
-                json.dumps(
-                    {
-                        "phases": [
-                            {k: v for k, v in dataclasses.asdict(p).items() if k != "observations"} for p in phases
-                        ],
-                        **extra,
-                        "identical": same,
-                    },
-                    indent=2,
-                    default=str,
-                )
-                + "\n"
-            )
-    finally:
-        if args.keep:
-            say(f"kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+    if args.render:
+        print(render(json.loads(args.render.read_text())), end="")
+        return 0
+    args.cache = args.cache or cache_root()
+    results = measure(args)
+    args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    say(f"numbers in {args.json}")
+    print(render(results), end="")
     return 0
 
 

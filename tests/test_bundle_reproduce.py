@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from difflab.bundle import layout, trust
-from difflab.bundle import reproduce as reproduce_module
 from difflab.bundle.pack import pack
-from difflab.bundle.reproduce import Executor, RerunSpec, reproduce
 from difflab.bundle.verify import verify_folder
 from difflab.cli import main
 from difflab.errors import VerificationFailed
+from difflab.workflows import reproduce as reproduce_module
+from difflab.workflows.reproduce import Executor, RerunSpec, reproduce
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     GIT_HEAD,
     OBSERVATION,
@@ -144,7 +144,7 @@ def test_cli_prints_differences_and_exits_1(
 def test_real_pipeline_run_reproduces(tmp_path: Path) -> None:
     """End to end with real SGLang: run one fix with bundling, verify, then reproduce it (slow, downloads)."""
     from difflab.paths import default_matrix
-    from difflab.pipeline import RunRequest, execute
+    from difflab.workflows.run import RunRequest, execute
 
     private, public = make_key(tmp_path / "keys")
     outcome = execute(RunRequest(matrix=default_matrix(), fixes=["38935"], out=tmp_path / "run", key=private))

@@ -16,22 +16,11 @@ from pathlib import Path
 import pytest
 
 from difflab.errors import EnvironmentSetupError
+from difflab.image.build import _changes, _imported_id
+from difflab.image.catalog import ENV_IN_IMAGE, DifflabImage
+from difflab.image.rootfs import BASE_EXCLUDE, BASE_KEEP, ENV_EXCLUDE, Rootfs, RootfsStats, Stage, Tree, ldd
 from difflab.runner.base import ProbeJob
 from difflab.runner.docker import DockerRunner
-from difflab.runner.docker_image import (
-    BASE_EXCLUDE,
-    BASE_KEEP,
-    ENV_EXCLUDE,
-    ENV_IN_IMAGE,
-    DifflabImage,
-    Rootfs,
-    RootfsStats,
-    Stage,
-    Tree,
-    _changes,
-    _imported_id,
-    ldd,
-)
 from difflab.source.base import MaterialisedSource
 
 

@@ -24,11 +24,12 @@ import pytest
 import docker_engine
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import EnvironmentSetupError
+from difflab.image.build import ensure_image
+from difflab.image.catalog import find_image
 from difflab.observation import Observation
 from difflab.runner import runner_for
 from difflab.runner.base import ProbeJob
 from difflab.runner.docker import DockerRunner
-from difflab.runner.docker_image import ensure_image, find_image
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.source.base import MaterialisedSource
 
@@ -279,7 +280,7 @@ def test_difflab_run_backend_docker(
     engine: docker_engine.Engine, runner: DockerRunner, releases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole pipeline on the docker back end: a verdict from containers, the image in run.json."""
-    from difflab.pipeline import RunRequest, execute
+    from difflab.workflows.run import RunRequest, execute
     from matrix_samples import RELEASES
 
     matrix = tmp_path / "m.toml"
@@ -310,8 +311,7 @@ name = "sglang_surface"
             bundle=False,
             argv=["test"],
             runner_options={"docker_host": engine.host},
-        ),
-        say=lambda _m: None,
+        )
     )
     diff = json.loads((out / "diff.json").read_text())
     assert [f["verdict"] for f in diff["fixes"]] == ["confirmed"], diff

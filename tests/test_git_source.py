@@ -10,8 +10,7 @@ import pytest
 
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
-from difflab.pipeline import side_pin
-from difflab.source import backend_for
+from difflab.source import backend_for, side_pin
 from difflab.source.git import GitSource, commit_pin_for
 from difflab.source.lock import lock_path_for
 from difflab.source.mirror import REPO_ENV, UPSTREAM, Mirror, normalise_repo

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from difflab.engine.client import StreamReply
 from difflab.gpu.bench import BenchError, BenchSpec, bench_serving_argv, read_result, summarize
-from difflab.gpu.client import StreamReply
-from difflab.gpu.expectations import PLANS, THROUGHPUT
-from difflab.gpu.scenarios.throughput import run_ab
+from difflab.gpu.scenarios.throughput import THROUGHPUT, run_ab
 from difflab.gpu.targets import TestServerTarget
-from difflab.gpu.testserver import head_config
 from difflab.gpu.verdicts import judge_throughput
+from difflab.matrix import load_matrix
+from difflab.matrix.gpu import load_gpu_plans
 from difflab.matrix.model import Fix, SidePin
 from difflab.observation import Observation
+from difflab.paths import default_matrix
+from difflab.testing.testserver import head_config
 
 # One line as sglang.bench_serving appends it to --output-file (fields as in its result dict).
 BENCH_LINE = {
@@ -106,7 +108,7 @@ FIX = Fix(
     title="t",
     base=SidePin(release="0.5.20"),
     head=SidePin(release="0.5.21"),
-    probes=PLANS["41404"].probes,
+    probes=load_gpu_plans(load_matrix(default_matrix()))["41404"].probes,
 )
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from difflab.engine import names
 from difflab.gpu.deployment import DeploymentConfig, Ports, build_specs, place
 from difflab.gpu.host import check_host
 from difflab.gpu.images import ImageMap, parse_image
-from difflab.preflight import names
 
 IMAGE = parse_image("lmsysorg/sglang:v0.5.21@sha256:" + "c" * 64)
 
@@ -191,8 +191,8 @@ class FakeContainers:
         self.runs, self.live, self.status = [], {}, status
 
     def run(self, **kwargs):
+        from difflab.engine.client import EngineClient
         from difflab.gpu.bench import BenchSpec, run_load
-        from difflab.gpu.client import EngineClient
 
         self.runs.append(kwargs)
         if kwargs["labels"].get("org.sglang-difflab.tier") == "bench":
@@ -228,7 +228,7 @@ def test_docker_target_runs_scenarios_and_bench_through_the_docker_code(tmp_path
     from difflab.gpu.bench import BenchSpec
     from difflab.gpu.scenarios import Limits, OversizedPrompt
     from difflab.gpu.targets import DockerTarget
-    from difflab.gpu.testserver import TestDeployment, head_config
+    from difflab.testing.testserver import TestDeployment, head_config
 
     with TestDeployment(head_config()) as dep:
         port = {r: int(dep.url(r).rsplit(":", 1)[1]) for r in ("prefill", "decode", "router")}

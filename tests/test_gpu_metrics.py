@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from difflab.gpu.metrics import MetricsParseError, parse, render_sample
+from difflab.engine.metrics import MetricsParseError, parse, render_sample
 
 L = 'engine_type="decode",model_name="Qwen/Qwen3-0.6B",moe_ep_rank="0",pp_rank="0"'  # SGLang's label set
 SGLANG_LIKE = f"""\

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from difflab.engine import names
 from difflab.gpu.scenarios import (
     AbortStorm,
     CanaryLeak,
@@ -16,8 +17,7 @@ from difflab.gpu.scenarios import (
     OversizedPrompt,
     ScenarioUnavailable,
 )
-from difflab.gpu.testserver import TestDeployment, TestServerConfig, head_config
-from difflab.preflight import names
+from difflab.testing.testserver import TestDeployment, TestServerConfig, head_config
 
 pytestmark = pytest.mark.xdist_group("gpu-testserver")  # timing-sensitive: one worker, one at a time
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from difflab.gpu.client import EngineClient, EngineError
-from difflab.gpu.testserver import TestDeployment, TestServerConfig, head_config
-from difflab.gpu.testserver.engine import respond
-from difflab.gpu.testserver.pool import PagedKVPool
+from difflab.engine.client import EngineClient, EngineError
+from difflab.testing.testserver import TestDeployment, TestServerConfig, head_config
+from difflab.testing.testserver.engine import respond
+from difflab.testing.testserver.pool import PagedKVPool
 
 
 def test_pool_never_zeroes_and_reuses_the_last_freed_page_first():
@@ -121,8 +121,8 @@ def test_late_write_lands_in_the_next_request_unless_the_checksum_catches_it(che
     import threading
     import time
 
+    from difflab.engine import names
     from difflab.gpu.scenarios.base import canary_prompt
-    from difflab.preflight import names
 
     env = {names.DEFERRED_ENV: "0", names.CHECKSUM_ENV: checksum}
     cfg = head_config(transfer_s=0.8).with_env("prefill", **env).with_env("decode", **env)  # 0.2 s per page

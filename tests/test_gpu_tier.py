@@ -10,13 +10,12 @@ import pytest
 from junitparser import JUnitXml
 
 from difflab import cli
-from difflab.gpu import tier
 from difflab.gpu.bench import BenchSpec
-from difflab.gpu.expectations import gpu_fixes
 from difflab.gpu.host import HostCheck
 from difflab.gpu.images import ImageMap
-from difflab.gpu.testserver import head_config
 from difflab.observation import Observation
+from difflab.testing.testserver import head_config
+from difflab.workflows import gpu as tier
 
 pytestmark = pytest.mark.xdist_group("gpu-testserver")
 D = {v: f"lmsysorg/sglang:v{v}@sha256:{c * 64}" for v, c in (("0.5.19", "1"), ("0.5.20", "2"), ("0.5.21", "3"))}
@@ -92,9 +91,7 @@ def test_reports_are_the_usual_ones(run_folder):
 def test_a_head_that_still_has_the_bug_is_not_fixed(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(tier, "head_config", lambda: head_config(admit_rejected=True))
     monkeypatch.setattr(tier, "TESTSERVER_LIMITS", replace(tier.TESTSERVER_LIMITS, canary_fractions=(1.1,)))
-    outcome = tier.run_tier(
-        tier.TierRequest(fixes=["38935"], testserver=True, out=tmp_path / "r", rounds=0), say=lambda m: None
-    )
+    outcome = tier.run_tier(tier.TierRequest(fixes=["38935"], testserver=True, out=tmp_path / "r", rounds=0))
     assert outcome.exit_code == 1 and outcome.status == "failed"
     (verdict,) = outcome.verdicts
     assert verdict.verdict == "not-fixed"
@@ -137,7 +134,7 @@ def test_no_gpu_host_skips_with_exit_3_and_the_reason(tmp_path: Path, monkeypatc
 
 
 def test_docker_targets_share_images_and_place_sides(matrix):
-    fixes = gpu_fixes(list(matrix.fixes), None)
+    fixes = tier.gpu_fixes(matrix, None)
     req = tier.TierRequest(images=ImageMap.from_args(list(D.values())))
     six = HostCheck(gpus=[str(i) for i in range(6)], rdma=True)
     targets = tier.docker_targets(req, fixes, six, BenchSpec())  # three images, three GPU pairs: all up at once
@@ -156,7 +153,7 @@ def test_docker_targets_share_images_and_place_sides(matrix):
     assert not four["38935"]["head"].persistent and four["38935"]["head"].cfg.gpus == ("0", "1")  # take turns
     only = tier.docker_targets(
         tier.TierRequest(images=req.images),
-        gpu_fixes(list(matrix.fixes), ["41404"]),
+        tier.gpu_fixes(matrix, ["41404"]),
         HostCheck(gpus=["0", "1", "2", "3"]),
         BenchSpec(),
     )

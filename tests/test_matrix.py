@@ -9,6 +9,7 @@ import pytest
 
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
+from difflab.matrix.gpu import load_gpu_plans
 from difflab.paths import default_matrix
 from matrix_samples import FIX, RELEASES
 
@@ -100,3 +101,29 @@ def test_unknown_fix_is_named(tmp_path: Path) -> None:
 def test_duplicate_fix_ids(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"duplicate fix id\(s\) \['38935'\]"):
         load_matrix(write(tmp_path, RELEASES + FIX + FIX))
+
+
+def test_default_matrix_carries_the_gpu_plans() -> None:
+    plans = load_gpu_plans(load_matrix(default_matrix()))
+    assert set(plans) == {"36988", "38935", "41404"}
+    assert [p.name for p in plans["38935"].probes] == ["gpu_oversized_prompt", "gpu_canary_leak"]
+    assert plans["41404"].throughput and not plans["36988"].throughput
+    assert plans["36988"].probes[0].expect == {"abort.prefill_kv_back_to_baseline": (False, True)}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "pattern"),
+    [
+        ('[[gpu."99999".probes]]\nname = "gpu_abort_storm"\nexpect = { "a.b" = [false, true] }\n', "no fix '99999'"),
+        (
+            '[gpu."38935"]\nthroughput = "yes"\n[[gpu."38935".probes]]\nname = "x"\nexpect = { "a.b" = [1, 2] }\n',
+            r"gpu\.'38935'\.throughput: expected true or false",
+        ),
+        ('[gpu."38935"]\nthroughput = true\n', r"gpu\.'38935'\.probes: expected at least one"),
+        ('[[gpu."38935".probes]]\nname = "x"\nexpect = { "a.b" = [1, 1] }\n', "that is a control"),
+    ],
+)
+def test_bad_gpu_table_names_file_fix_and_field(tmp_path: Path, gpu: str, pattern: str) -> None:
+    path = write(tmp_path, RELEASES + FIX + gpu)
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + ".*" + pattern):
+        load_gpu_plans(load_matrix(path))

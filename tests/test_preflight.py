@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from difflab import cli
+from difflab.engine import names
 from difflab.errors import ConfigError
-from difflab.gpu.testserver import TestDeployment, TestServerConfig
-from difflab.preflight import names
 from difflab.preflight.envsource import parse_lines, read_env
 from difflab.preflight.run import run_preflight
+from difflab.testing.testserver import TestDeployment, TestServerConfig
 
 GATES = ["kv-pool", "deferred-release", "transfer-batch", "kv-checksum"]
 

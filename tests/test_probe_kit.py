@@ -136,7 +136,7 @@ def test_stubs_serve_triton_and_torchvision() -> None:
     import subprocess
 
     code = (
-        "from difflab.environment import stubs; stubs.install()\n"
+        "from difflab.probe import stubs; stubs.install()\n"
         "import triton, triton.language as tl, torchvision\n"
         "@triton.jit\ndef k(x):\n    return x\n"
         "assert k(3) == 3\n"

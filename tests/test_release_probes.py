@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from difflab.contains import run_contains
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
-from difflab.pipeline import RunRequest, execute, make_runner
 from difflab.progress import Reporter
+from difflab.workflows.contains import run_contains
+from difflab.workflows.run import RunRequest, execute, make_runner
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
@@ -99,7 +99,7 @@ def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, 
 def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
     env = SharedEnvironment().ensure()
     runner = make_runner(RunRequest(), env)
-    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter().track)
+    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter())
     table = {(c.fix, c.release): c.verdict for c in cells}
     first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
     for fix_id, first in first_fixed.items():
@@ -111,8 +111,8 @@ def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) 
 
 
 def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):
-    from difflab.workflows.selfcheck import run_selfcheck
     from difflab.source import backend_for
+    from difflab.workflows.selfcheck import run_selfcheck
 
     m = load_matrix(matrix_file)
     fixes = m.select(fix_ids)

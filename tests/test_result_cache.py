@@ -163,8 +163,8 @@ def test_describe_is_the_inner_runners_plus_cache(lab: Path) -> None:
 
 def test_the_pipeline_wraps_runners_unless_told_not_to(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from difflab.environment.shared import SharedEnvironment
-    from difflab.pipeline import RunRequest, make_runner
     from difflab.runner.warm import WarmRunner
+    from difflab.workflows.run import RunRequest, make_runner
 
     env = SharedEnvironment(cache=tmp_path)
     wrapped = make_runner(RunRequest(runner="warm"), env)

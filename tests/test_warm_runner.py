@@ -167,7 +167,7 @@ def test_a_server_that_dies_while_importing_falls_back(lab: Path) -> None:
     src = toy_source(
         lab,
         "dies",
-        "import os, sys\nif sys.argv[0].endswith('server.py'): os._exit(3)\nVALUE = 'survived'\nCALLS = []\n",
+        "import os, sys\nif sys.argv[0].endswith('hub.py'): os._exit(3)\nVALUE = 'survived'\nCALLS = []\n",
     )
     with runner() as r:
         (obs,) = r.run([job(lab, "toy_patch", src)])

@@ -14,7 +14,8 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 
 Status = Literal["ok", "error", "unavailable", "n/a"]
-Side = Literal["base", "head"]
+SIDES = ("base", "head")
+"""The two sides of a fix: the base shows the bug, the head the fix."""
 
 
 @dataclass

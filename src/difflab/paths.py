@@ -17,10 +17,12 @@ def cache_root() -> Path:
 
 
 def config_root() -> Path:
-    """``$DIFFLAB_CONFIG``, else the user config dir (signing keys live here)."""
+    """``$DIFFLAB_CONFIG``, else the user config dir: the signing key and trusted-keys file live here.
+
+    Not created here: it holds a private key, so :mod:`difflab.bundle.keys` creates it (mode 0700).
+    """
     env = os.environ.get("DIFFLAB_CONFIG")
     root = Path(env).expanduser() if env else Path(platformdirs.user_config_dir("sglang-difflab"))
-    root.mkdir(parents=True, exist_ok=True)
     return root.resolve()
 
 

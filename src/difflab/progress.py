@@ -1,7 +1,12 @@
-"""Progress and final tables on the terminal (``rich``: live bars without hand-rolled ANSI)."""
+"""The one output object every command reports through.
+
+Progress, bars and tables go to stderr (``rich``: live bars without hand-rolled ANSI), so
+stdout carries only results, printed verbatim (JSON, a verdict line, a lock listing).
+"""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,14 +30,23 @@ STYLE = {
 
 
 class Reporter:
-    """Writes to stderr so stdout stays clean for machine-readable output."""
+    """Progress on stderr, results on stdout."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, highlight=False)
         self._lock = threading.Lock()
 
     def say(self, message: str) -> None:
+        """A progress line (stderr)."""
         self.console.print(f"[dim]·[/dim] {message}")
+
+    def print(self, text: str = "") -> None:
+        """A result line (stdout), exactly as given."""
+        print(text, file=sys.stdout, flush=True)
+
+    def warn(self, text: str) -> None:
+        """A line for the person at the terminal (stderr), exactly as given."""
+        print(text, file=sys.stderr, flush=True)
 
     def track(self, runner: Runner, jobs: Sequence[ProbeJob]) -> list[Observation]:
         if not jobs:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
-
 from difflab.diff.likeness import BackportVerdict
 from difflab.observation import SCHEMA_VERSION
+from difflab.report.junit import Case, write_cases
+from difflab.report.markdown import cell as _cell
+from difflab.report.markdown import declared as declared_values
 
 ICON = {"present": "✅", "absent": "❌", "partial": "⚠️", "error": "💥"}
 
@@ -29,34 +31,25 @@ def write_backport_json(path: Path, fork: dict[str, Any], verdicts: list[Backpor
 
 def write_backport_junit(path: Path, verdicts: list[BackportVerdict]) -> None:
     """One test case per fix x probe: passes when the probe behaves like the fix's head."""
-    suite = TestSuite("difflab-backport")
+    write_cases(path, "difflab-backport", _cases(verdicts))
+
+
+def _cases(verdicts: list[BackportVerdict]) -> Iterator[Case]:
     for v in verdicts:
         if not v.probes:
-            case = TestCase(name="(no probes)", classname=f"backport.{v.id}")
-            case.result = [Error(v.reason, "error")]
-            suite.add_testcase(case)
-            continue
+            yield Case(f"backport.{v.id}", "(no probes)", "error", v.reason, "error")
         for p in v.probes:
-            case = TestCase(name=p.probe, classname=f"backport.{v.id}")
-            case.time = round(p.observation.duration_s, 3) if p.observation else 0.0
-            message = f"{p.like}: {p.reason}"
             if p.like in ("error", "control-drift", "other"):
-                case.result = [Error(message, p.like)]
-            elif p.like != "head":
-                case.result = [Failure(message, f"behaves like {p.like}")]
-            case.system_out = "\n".join(
+                outcome, kind = "error", p.like
+            else:
+                outcome, kind = ("passed", "") if p.like == "head" else ("failed", f"behaves like {p.like}")
+            fields = "\n".join(
                 f"{c.kind} {c.field}: observed={c.observed!r} declared={c.declared_base!r}->{c.declared_head!r} "
                 f"{c.like}"
                 for c in p.fields
             )
-            suite.add_testcase(case)
-    xml = JUnitXml()
-    xml.add_testsuite(suite)
-    xml.write(str(path), pretty=True)
-
-
-def _cell(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+            time = round(p.observation.duration_s, 3) if p.observation else 0.0
+            yield Case(f"backport.{v.id}", p.probe, outcome, f"{p.like}: {p.reason}", kind, time, fields)
 
 
 def _yes_no(value: bool | None) -> str:
@@ -98,9 +91,7 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
                 "|---|---|---|---|---|",
             ]
             for c in p.fields:
-                declared = (
-                    f"{c.declared_base!r} → {c.declared_head!r}" if c.kind == "expect" else f"= {c.declared_base!r}"
-                )
+                declared = declared_values(c.kind, c.declared_base, c.declared_head)
                 lines.append(f"| `{c.field}` | {c.kind} | {_cell(repr(c.observed))} | {_cell(declared)} | {c.like} |")
     return "\n".join(lines) + "\n"
 

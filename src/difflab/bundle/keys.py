@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from filelock import FileLock
 
 from difflab.errors import ConfigError
+from difflab.paths import config_root
 
-APP_NAME = "sglang-difflab"
 ENV_SIGNING_KEY = "DIFFLAB_SIGNING_KEY"
 USER_KEY_NAME = "signing-key.pem"
 TRUSTED_KEYS_NAME = "trusted-keys"
@@ -31,8 +30,8 @@ _FINGERPRINT = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
 
 
 def config_dir() -> Path:
-    """Per-user configuration folder (outside any repository); tests point this elsewhere."""
-    return platformdirs.user_config_path(APP_NAME, appauthor=False)
+    """Per-user configuration folder (``$DIFFLAB_CONFIG``, else the user config dir); tests point this elsewhere."""
+    return config_root()
 
 
 def user_key_path() -> Path:

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from difflab.observation import SIDES
+
 CHECKSUMS = "SHA256SUMS"
 REPRODUCE = "REPRODUCE.md"
 ATTESTATIONS = "attestations"
@@ -28,7 +30,6 @@ FINGERPRINT = f"{KEYS}/signing-key.fingerprint"
 SEAL_OUTPUTS = (CHECKSUMS, REPRODUCE, ATTESTATIONS, KEYS)
 # Written after the run statement is signed, so it cannot list them.
 OUTSIDE_RUN_STATEMENT = frozenset({CHECKSUMS, RUN_ENVELOPE, SIGSTORE_BUNDLE})
-SIDES = ("base", "head")
 
 
 def fix_envelope(fix: str, side: str) -> str:

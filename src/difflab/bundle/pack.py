@@ -21,6 +21,8 @@ from pathlib import Path
 from difflab.bundle import checksums, layout
 from difflab.bundle.problems import Problem
 from difflab.errors import ConfigError, VerificationFailed
+from difflab.files.atomic import write_atomic
+from difflab.files.tar import owned_by_root
 
 FILE_MODE = 0o644
 MAX_MEMBERS = 100_000
@@ -77,10 +79,7 @@ def pack(run_dir: Path, out: Path | None = None, environ: Mapping[str, str] | No
             f"{run_dir} does not match its {layout.CHECKSUMS}; not packing:\n" + "\n".join(f"  {p}" for p in problems)
         )
     data = archive_bytes(run_dir, listing.files, archive_epoch(run_dir, environ))
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
-    return out
+    return write_atomic(out, data)
 
 
 def archive_bytes(run_dir: Path, files: list[str], epoch: int) -> bytes:
@@ -96,8 +95,7 @@ def archive_bytes(run_dir: Path, files: list[str], epoch: int) -> bytes:
             info.size = path.stat().st_size
             info.mtime = epoch
             info.mode = FILE_MODE
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
+            owned_by_root(info)
             with path.open("rb") as handle:
                 tar.addfile(info, handle)
     return raw.getvalue()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.table import Table
 
-from difflab.contains import run_contains
-from difflab.environment.shared import SharedEnvironment
-from difflab.paths import default_matrix
-from difflab.pipeline import RunRequest, make_runner
+from difflab.commands import _args
 from difflab.progress import Reporter
+from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
 HELP = "run every fix's probes on every pinned release and tabulate which release carries which fix"
@@ -19,8 +16,7 @@ COLOURS = {"fixed": "green", "bug": "red", "partial": "yellow", "error": "bold r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=default_matrix())
-    parser.add_argument("--fix", action="append", dest="fixes", metavar="N")
+    _args.add_selection(parser, "results/contains-<timestamp>", local_only=True)
     parser.add_argument(
         "--release",
         action="append",
@@ -28,19 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X.Y.Z",
         help="release to check (repeatable; default: every pinned release)",
     )
-    parser.add_argument("--out", type=Path, help="folder for contains.json / contains.md")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
-    parser.add_argument("--no-cache", dest="use_cache", action="store_false")
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    env = SharedEnvironment()
-    env.ensure(progress=reporter.say)
-    runner = make_runner(RunRequest(runner=args.runner, use_cache=args.use_cache), env)
-    fixes, releases, cells, out = run_contains(
-        args.matrix, args.fixes, args.releases, args.out, runner, env, reporter.track
-    )
+    fixes, releases, cells, out = execute(ContainsRequest(releases=args.releases, **_args.selection(args)), reporter)
     table = Table(title="which release carries which fix (by behaviour)")
     table.add_column("fix")
     for r in releases:

@@ -12,26 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from difflab.commands import _args
 from difflab.errors import ConfigError
 from difflab.gpu.deployment import DEFAULT_MODEL
 from difflab.gpu.images import ImageMap
-from difflab.paths import default_matrix
+from difflab.progress import Reporter
 
 NAME = "gpu"
 HELP = "run the GPU/RDMA tier: live prefill/decode deployments of base and head images, judged like probes"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--fix",
-        action="append",
-        dest="fixes",
-        metavar="N",
-        help="fix id or PR number (repeatable; default: every fix with a GPU plan)",
-    )
+    _args.fixes(parser, help="fix id or PR number (repeatable; default: every fix with a GPU plan)")
     parser.add_argument(
         "--image",
         action="append",
@@ -48,14 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='TOML file with an [images] table, e.g. "0.5.20" = "lmsysorg/sglang:v0.5.20@sha256:..."',
     )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model served by both sides (default: %(default)s)")
-    parser.add_argument("--out", type=Path, help="run folder (default: results/gpu-<timestamp>)")
+    _args.out(parser, "results/gpu-<timestamp>")
     parser.add_argument(
         "--rounds",
         type=int,
         help="throughput A/B rounds per side (0: skip; default 6 on GPUs, 3 with --testserver)",
     )
     parser.add_argument("--hf-cache", type=Path, help="host Hugging Face cache to mount read-only (offline hosts)")
-    parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
+    _args.matrix(parser)
     parser.add_argument(
         "--testserver",
         action="store_true",
@@ -70,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
             "no images: pass --image 0.5.20=lmsysorg/sglang:v0.5.20@sha256:<digest> (one per release "
             "the selected fixes need) or --images FILE; or --testserver to run without GPUs"
         )
-    from difflab.gpu.tier import TierRequest, run_tier  # needs numpy/scipy ([stats] extra): only when used
+    from difflab.workflows.gpu import TierRequest, run_tier  # needs numpy/scipy ([stats] extra): only when used
 
     rounds = args.rounds if args.rounds is not None else (3 if args.testserver else 6)
     req = TierRequest(
@@ -83,15 +77,16 @@ def main(args: argparse.Namespace) -> int:
         matrix=args.matrix,
         hf_cache=args.hf_cache,
     )
-    outcome = run_tier(req)
+    out = Reporter()
+    outcome = run_tier(req, out)
     if outcome.status == "skipped":
-        print(f"difflab gpu: {outcome.reason}", file=sys.stderr)
+        out.warn(f"difflab gpu: {outcome.reason}")
         if args.out is not None:  # CI keeps the reason with the artifacts
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "status.json").write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
     else:
         for v in outcome.verdicts:
-            print(f"  {v.id:<18} {v.verdict:<15} {v.reason[:140]}", file=sys.stderr)
-        print(f"results: {outcome.out_dir}", file=sys.stderr)
-    print(json.dumps(outcome.to_dict(), indent=2))
+            out.warn(f"  {v.id:<18} {v.verdict:<15} {v.reason[:140]}")
+        out.warn(f"results: {outcome.out_dir}")
+    out.print(json.dumps(outcome.to_dict(), indent=2))
     return outcome.exit_code

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import EnvironmentSetupError
+from difflab.image.build import ensure_image, verify_image
+from difflab.image.catalog import find_image, resolve_image, tag_for
+from difflab.image.client import connect
+from difflab.progress import Reporter
 
 NAME = "image"
 HELP = "build (without a registry), show or verify the Docker image of the shared environment"
@@ -39,21 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="show/verify this image instead of the environment's")
 
 
-def _say(message: str) -> None:
-    print(f"difflab: {message}", file=sys.stderr, flush=True)
-
-
 def main(args: argparse.Namespace) -> int:
-    from difflab.runner.docker import connect
-    from difflab.runner.docker_image import ensure_image, find_image, resolve_image, tag_for, verify_image
-
+    out = Reporter()
     client = connect(args.docker_host)
     env = SharedEnvironment()
     if args.action == "build":
-        report = ensure_image(client, env, say=_say, rebuild=args.rebuild, tar_path=args.tar)
+        report = ensure_image(client, env, say=out.say, rebuild=args.rebuild, tar_path=args.tar)
         if not report.built:
-            _say(f"reusing {report.image.pinned} (labelled for environment {env.digest[:16]})")
-        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+            out.say(f"reusing {report.image.pinned} (labelled for environment {env.digest[:16]})")
+        out.print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
         return 0
     image = resolve_image(client, args.image) if args.image else find_image(client, env.digest)
     if image is None:
@@ -62,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.action == "verify":
         result = verify_image(client, image, env if env.ready else None)
-        print(json.dumps({"image": image.pinned, "smoke": result}, indent=2, sort_keys=True))
+        out.print(json.dumps({"image": image.pinned, "smoke": result}, indent=2, sort_keys=True))
         return 0
-    print(json.dumps({**image.describe(), "labels": image.labels}, indent=2, sort_keys=True))
+    out.print(json.dumps({**image.describe(), "labels": image.labels}, indent=2, sort_keys=True))
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from difflab.merge import merge
+from difflab.commands import _args
 from difflab.progress import Reporter
+from difflab.workflows.merge import merge
 
 NAME = "merge"
 HELP = "judge observations written by `difflab observe` runs (one folder per CI cell)"
@@ -16,10 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="folders holding observe results")
     parser.add_argument("--out", type=Path, required=True, help="where to write the merged results")
     parser.add_argument("--matrix", type=Path, help="matrix (default: the matrix.toml the cells recorded)")
-    parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a bundle")
+    _args.bundle(parser, key=False)
 
 
 def main(args: argparse.Namespace) -> int:
-    verdicts = merge(args.folders, args.out, args.matrix, args.bundle)
-    Reporter().table(verdicts, args.out)
+    reporter = Reporter()
+    verdicts = merge(args.folders, args.out, args.matrix, args.bundle, reporter)
+    reporter.table(verdicts, args.out)
     return 0 if all(v.passed for v in verdicts) else 1

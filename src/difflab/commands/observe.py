@@ -5,30 +5,21 @@ from __future__ import annotations
 import argparse
 
 from difflab.commands import run as run_cmd
-from difflab.pipeline import RunRequest, execute
+from difflab.observation import SIDES
+from difflab.progress import Reporter
+from difflab.workflows.run import execute
 
 NAME = "observe"
 HELP = "run the probes of the selected fixes on ONE side only; `difflab merge` judges the cells"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    run_cmd.add_arguments(parser)
-    parser.add_argument("--side", required=True, choices=["base", "head"], help="which side to observe")
-    parser.set_defaults(bundle=False)
+    run_cmd.add_probe_arguments(parser)
+    parser.add_argument("--side", required=True, choices=list(SIDES), help="which side to observe")
 
 
 def main(args: argparse.Namespace) -> int:
-    req = RunRequest(
-        matrix=args.matrix,
-        fixes=args.fixes,
-        out=args.out,
-        source_kind=args.source_kind,
-        repo=args.repo,
-        runner=args.runner,
-        bundle=False,
-        timeout_s=args.timeout,
-        use_cache=args.use_cache,
-        sides=(args.side,),
-        selfcheck=args.selfcheck,
-    )
-    return execute(req).exit_code
+    reporter = Reporter()
+    outcome = execute(run_cmd.request(args, bundle=False, sides=(args.side,)), reporter)
+    reporter.say(f"observations: {outcome.out_dir}")
+    return outcome.exit_code

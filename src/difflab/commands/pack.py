@@ -7,6 +7,7 @@ from pathlib import Path
 
 from difflab.bundle import checksums
 from difflab.bundle.pack import pack
+from difflab.progress import Reporter
 
 NAME = "pack"
 HELP = "Pack a sealed run folder into a deterministic .tar.gz (default: RUN_DIR.tar.gz beside it)."
@@ -19,5 +20,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     out = pack(args.run_dir, args.output)
-    print(f"{out}  sha256 {checksums.sha256_file(out)}")
+    Reporter().print(f"{out}  sha256 {checksums.sha256_file(out)}")
     return 0

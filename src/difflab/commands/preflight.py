@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from difflab.errors import ConfigError
 from difflab.preflight.gates import PreflightReport
 from difflab.preflight.run import run_preflight
+from difflab.progress import Reporter
 
 NAME = "preflight"
 HELP = "check a running PD deployment against the four KV-safety gates (pool, deferred release, batch, checksum)"
@@ -56,10 +56,11 @@ def render(report: PreflightReport) -> str:
 def main(args: argparse.Namespace) -> int:
     report = run_preflight(args.prefill, args.decode, args.router, _env_sources(args.env), timeout_s=args.timeout)
     text = json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str)
+    out = Reporter()
     if args.json_file:
         args.json_file.write_text(text + "\n")
-        print(render(report))
+        out.print(render(report))
     else:
-        print(render(report), file=sys.stderr)
-        print(text)
+        out.warn(render(report))
+        out.print(text)
     return 0 if report.ok else 1

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from difflab.bundle import trust
-from difflab.bundle.reproduce import reproduce
+from difflab.progress import Reporter
+from difflab.workflows.reproduce import reproduce
 
 NAME = "reproduce"
 HELP = "Verify a bundle, re-run exactly its pins, and report any verdict or observation that differs."
@@ -28,18 +29,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    out = Reporter()
     policy = None if args.skip_signatures else trust.from_args(args)
     if policy is None:
-        print("warning: signatures not checked; the bundle's origin is unverified")
+        out.print("warning: signatures not checked; the bundle's origin is unverified")
     report = reproduce(args.path, policy, out=args.out)
     for note in report.notes:
-        print(f"note: {note}")
+        out.print(f"note: {note}")
     if report.rerun_dir is not None:
-        print(f"re-run written to {report.rerun_dir}")
+        out.print(f"re-run written to {report.rerun_dir}")
     if report.matches:
-        print(f"reproduced {args.path}: every verdict and observed field matches")
+        out.print(f"reproduced {args.path}: every verdict and observed field matches")
         return 0
-    print(f"{len(report.differences)} difference(s) from {args.path}:")
+    out.print(f"{len(report.differences)} difference(s) from {args.path}:")
     for difference in report.differences:
-        print(f"  {difference}")
+        out.print(f"  {difference}")
     return 1

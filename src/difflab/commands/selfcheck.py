@@ -3,69 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import shutil
-from pathlib import Path
 
-from difflab.environment.shared import SharedEnvironment
-from difflab.matrix import load_matrix
-from difflab.paths import default_matrix, repo_root
-from difflab.pipeline import RunRequest, make_runner, side_pin
+from difflab.commands import _args
 from difflab.progress import Reporter
-from difflab.runfolder import atomic_folder
-from difflab.workflows.selfcheck import coverage_ratio, hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
-from difflab.source import backend_for
+from difflab.workflows.selfcheck import SelfcheckRequest, coverage_ratio, execute, selfcheck_passed
 
 NAME = "selfcheck"
 HELP = "apply each fix's reverting mutations to its head source; the probes must flip back to base"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=default_matrix())
-    parser.add_argument("--fix", action="append", dest="fixes", metavar="N")
-    parser.add_argument("--out", type=Path, help="results folder (default: results/selfcheck-<timestamp>)")
-    parser.add_argument("--backend", dest="runner", choices=["subprocess", "warm"], default="warm")
-    parser.add_argument("--no-cache", dest="use_cache", action="store_false")
+    _args.add_selection(parser, "results/selfcheck-<timestamp>", local_only=True)
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    matrix = load_matrix(args.matrix)
-    fixes = matrix.select(args.fixes)
-    backend = backend_for("release", releases=matrix.releases)
-    heads = {}
-    for fix in fixes:
-        pin = side_pin(fix, "head", "release")
-        if pin.unavailable:
-            reporter.say(f"{fix.label}: head unavailable ({pin.unavailable}); nothing to revert")
-            continue
-        heads[fix.id] = backend.materialise(fix, "head", pin)
-    env = SharedEnvironment().ensure(progress=reporter.say)
-    runner = make_runner(RunRequest(runner=args.runner, use_cache=args.use_cache), env)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = (args.out or repo_root() / "results" / f"selfcheck-{stamp}").resolve()
-    with atomic_folder(out) as work:
-        results = run_selfcheck(fixes, heads, runner, work, reporter.track)
-        coverage = hunk_coverage(fixes, heads, results)
-        passed = selfcheck_passed(results, coverage)
-        write_selfcheck(work, results, coverage)
-        shutil.copyfile(matrix.path, work / "matrix.toml")
-        (work / "run.json").write_text(
-            json.dumps(
-                {
-                    "schema": 1,
-                    "tool": "sglang-difflab",
-                    "command": "selfcheck",
-                    "fixes": [f.id for f in fixes],
-                    "started_at": stamp,
-                    "exit_code": 0 if passed else 1,
-                },
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n"
-        )
+    results, coverage, out = execute(SelfcheckRequest(**_args.selection(args)), reporter)
     for r in results:
         colour = "green" if r.passed else "red"
         reporter.console.print(f"  {r.fix:>7} {r.mutation:<40} [{colour}]{r.outcome}[/{colour}]  {r.reason}")
@@ -76,4 +29,4 @@ def main(args: argparse.Namespace) -> int:
     share = f"{100 * covered / total:.0f} %" if total else "n/a"
     reporter.console.print(f"hunk coverage: {covered}/{total} ({share})")
     reporter.console.print(f"results: {out}")
-    return 0 if passed else 1
+    return 0 if selfcheck_passed(results, coverage) else 1

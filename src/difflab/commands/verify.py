@@ -8,6 +8,7 @@ from pathlib import Path
 from difflab.bundle import trust
 from difflab.bundle.verify import verify_path
 from difflab.errors import VerificationFailed
+from difflab.progress import Reporter
 
 NAME = "verify"
 HELP = "Check a run folder or bundle archive offline: checksums, signatures (trusted keys only), statements."
@@ -21,13 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    out = Reporter()
     report = verify_path(args.path, trust.from_args(args))
     for note in report.notes:
-        print(f"note: {note}")
+        out.print(f"note: {note}")
     if not report.ok:
         raise VerificationFailed(report.failure_message())
     signers = ", ".join(sorted(report.signers))
-    print(
+    out.print(
         f"OK {args.path}: {report.files} files match SHA256SUMS; {len(report.envelopes)} statements signed by {signers}"
     )
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from difflab.diff.classify import Match, classify, controls_hold, field_side, same
 from difflab.matrix.model import Fix, ProbeSpec
-from difflab.observation import Observation
+from difflab.observation import SIDES, Observation
 
 VERDICTS = ("confirmed", "not-fixed", "not-reproduced", "control-drift", "unavailable", "error")
 
@@ -166,6 +166,23 @@ def judge_fix(
     others = [d for d in diffs if d.verdict == worst.verdict]
     reason = "; ".join(f"{d.probe}: {d.reason}" for d in others)
     return verdict(worst.verdict, reason, diffs)
+
+
+def judge_all(
+    fixes: list[Fix], observations: list[Observation], labels: dict[tuple[str, str], dict[str, Any]]
+) -> list[FixVerdict]:
+    """Verdict per fix from a flat list of observations (from one run or merged CI cells)."""
+    by_key = {(o.fix, o.side, o.probe): o for o in observations}
+    verdicts = []
+    for fix in fixes:
+        per_side = {
+            side: {s.name: by_key[(fix.id, side, s.name)] for s in fix.probes if (fix.id, side, s.name) in by_key}
+            for side in SIDES
+        }
+        missing = {"label": "missing"}
+        base, head = labels.get((fix.id, "base"), missing), labels.get((fix.id, "head"), missing)
+        verdicts.append(judge_fix(fix, per_side["base"], per_side["head"], base, head))
+    return verdicts
 
 
 def _why(obs: Observation | None) -> str:

@@ -10,10 +10,8 @@ Python version; results record that digest and the installed package list.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,13 +25,15 @@ from typing import Any
 from filelock import FileLock
 
 from difflab.errors import EnvironmentSetupError
+from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
+from difflab.probe import stubs
 
 REQUIREMENTS = "cpu-requirements.txt"
 NODEPS_REQUIREMENTS = "cpu-requirements-nodeps.txt"
 
 
-def _spec_text(name: str) -> str:
+def spec_text(name: str) -> str:
     return resources.files("difflab.environment").joinpath(name).read_text()
 
 
@@ -41,7 +41,7 @@ def spec_digest(python_version: str | None = None) -> str:
     """Digest of what defines the environment: pinned requirements and Python X.Y."""
     py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     h = hashlib.sha256()
-    for part in (py, _spec_text(REQUIREMENTS), _spec_text(NODEPS_REQUIREMENTS)):
+    for part in (py, spec_text(REQUIREMENTS), spec_text(NODEPS_REQUIREMENTS)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -51,7 +51,6 @@ def spec_digest(python_version: str | None = None) -> str:
 class SharedEnvironment:
     """A virtualenv under ``$DIFFLAB_CACHE/envs/cpu-<digest>``, created on demand."""
 
-    base_python: str = sys.executable
     cache: Path | None = None
     pip_args: list[str] = field(default_factory=lambda: os.environ.get("DIFFLAB_PIP_ARGS", "").split())
 
@@ -85,15 +84,8 @@ class SharedEnvironment:
                 return self
             if progress:
                 progress(f"creating the shared CPU environment at {self.path} (once, ~2 min)")
-            tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}-"))
-            try:
+            with atomic_folder(self.path) as tmp:
                 self._build(tmp)
-                if self.path.exists():
-                    shutil.rmtree(self.path)
-                os.replace(tmp, self.path)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
         return self
 
     def _build(self, into: Path) -> None:
@@ -101,9 +93,9 @@ class SharedEnvironment:
         py = str(into / "bin" / "python")
         with tempfile.TemporaryDirectory() as tmp:
             req = Path(tmp) / REQUIREMENTS
-            req.write_text(_spec_text(REQUIREMENTS))
+            req.write_text(spec_text(REQUIREMENTS))
             nodeps = Path(tmp) / NODEPS_REQUIREMENTS
-            nodeps.write_text(_spec_text(NODEPS_REQUIREMENTS))
+            nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
             pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *self.pip_args]
             self._run([*pip, "-r", str(req)], "install the pinned requirements")
             self._run([*pip, "--no-deps", "-r", str(nodeps)], "install the --no-deps requirements")
@@ -138,10 +130,11 @@ class SharedEnvironment:
             "python_version": version,
             "platform": platform.platform(),
             "packages": packages,
-            "requirements": _spec_text(REQUIREMENTS).splitlines(),
-            "requirements_nodeps": _spec_text(NODEPS_REQUIREMENTS).splitlines(),
-            "stubs": ["triton", "torchvision", "datasets"],
+            "requirements": spec_text(REQUIREMENTS).splitlines(),
+            "requirements_nodeps": spec_text(NODEPS_REQUIREMENTS).splitlines(),
+            "stubs": list(stubs.STUBBED),
         }
 
-    def describe_json(self) -> str:
-        return json.dumps(self.describe(), indent=2, sort_keys=True)
+    def document(self) -> dict[str, Any]:
+        """``environment.json``: :meth:`describe` where the environment is built here, else its digest."""
+        return self.describe() if self.ready else {"digest": self.digest, "note": "environment not built locally"}

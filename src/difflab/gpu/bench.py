@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from difflab.engine.client import EngineClient, StreamReply
 from difflab.errors import DifflabError
-from difflab.gpu.client import EngineClient, StreamReply
 from difflab.gpu.scenarios.base import FILLER
 
 # metric -> higher is better; the A/B compares these per round

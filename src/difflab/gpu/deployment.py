@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from difflab.engine import names
+from difflab.engine.client import EngineClient
 from difflab.errors import DifflabError
-from difflab.gpu.client import EngineClient
 from difflab.gpu.images import ImageRef
 from difflab.gpu.scenarios.base import Endpoints
-from difflab.preflight import names
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 LOOPBACK = "127.0.0.1"

@@ -16,7 +16,6 @@ from difflab.matrix.model import Fix
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:-.*)?$")
-SIDES = ("base", "head")
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from difflab.gpu.scenarios.throughput import ABResult
 from difflab.preflight.gates import PreflightReport
+from difflab.report.markdown import cell
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "not-applicable": "➖"}
-
-
-def _cell(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def throughput_section(fix_label: str, ab: ABResult) -> list[str]:
     lines = ["", f"## Throughput A/B: {fix_label}", "", f"Rounds: {ab.to_dict()['order']}", ""]
     if ab.error:
-        return [*lines, f"**error:** {_cell(ab.error)}"]
+        return [*lines, f"**error:** {cell(ab.error)}"]
     lines += [
         "| metric | base mean | head mean | head vs base | 95% CI | Mann-Whitney p | result |",
         "|---|---|---|---|---|---|---|",
@@ -46,5 +43,5 @@ def preflight_section(reports: dict[str, PreflightReport]) -> list[str]:
     ]
     for label, report in reports.items():
         for g in report.gates:
-            lines.append(f"| {_cell(label)} | {g.gate} | {ICON.get(g.status, '')} {g.status} | {_cell(g.reason)} |")
+            lines.append(f"| {cell(label)} | {g.gate} | {ICON.get(g.status, '')} {g.status} | {cell(g.reason)} |")
     return lines

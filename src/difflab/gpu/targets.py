@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from difflab.gpu.bench import BenchResult, BenchSpec, bench_serving_argv, read_result, run_load
 from difflab.gpu.deployment import DeploymentConfig, DockerDeployment
 from difflab.gpu.scenarios.base import Endpoints
-from difflab.gpu.testserver import TestDeployment, TestServerConfig
+from difflab.testing.testserver import TestDeployment, TestServerConfig
 
 
 class Target(Protocol):

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from difflab.diff.verdict import FieldResult, FixVerdict, ProbeDiff
-from difflab.gpu.expectations import THROUGHPUT
-from difflab.gpu.scenarios.throughput import ABResult
+from difflab.gpu.scenarios.throughput import THROUGHPUT, ABResult
 from difflab.matrix.model import Fix
 from difflab.observation import Observation
 

@@ -317,7 +317,7 @@ def load_matrix(path: Path | str) -> Matrix:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     if raw.get("schema") != SCHEMA:
         raise w.fail("schema", f"expected schema = {SCHEMA}, got {raw.get('schema')!r}")
-    unknown = set(raw) - {"schema", "releases", "fixes"}
+    unknown = set(raw) - {"schema", "releases", "fixes", "gpu"}  # gpu: difflab.matrix.gpu
     if unknown:
         raise w.fail("top level", f"unknown field(s) {sorted(unknown)}")
     releases = {v: _release(w, v, r) for v, r in _table(w, "releases", raw.get("releases", {})).items()}

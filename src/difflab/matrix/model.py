@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difflab.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ReleasePin:
@@ -122,8 +124,6 @@ class Matrix:
 
     def select(self, wanted: list[str] | None) -> list[Fix]:
         """Fixes named by id (``43719a``) or PR number (``43719`` = every part)."""
-        from difflab.errors import ConfigError
-
         if not wanted:
             return list(self.fixes)
         chosen: list[Fix] = []

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from difflab.gpu.client import EngineClient
-from difflab.gpu.facts import EngineFacts, Fact
+from difflab.engine import names
+from difflab.engine.client import EngineClient
+from difflab.engine.facts import EngineFacts, Fact
 from difflab.observation import SCHEMA_VERSION
-from difflab.preflight import names
 
 ROLES = ("prefill", "decode")
 PASSING = ("pass", "not-applicable")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from difflab.gpu.client import EngineClient
-from difflab.gpu.facts import read_engine
+from difflab.engine.client import EngineClient
+from difflab.engine.facts import read_engine
 from difflab.preflight.envsource import read_env
 from difflab.preflight.gates import PreflightReport, evaluate, router_probe
 

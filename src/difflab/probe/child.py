@@ -23,21 +23,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from difflab.environment import stubs
+from difflab.probe import stubs
 from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
-
-RESULT_KEYS = (
-    "status",
-    "fields",
-    "events",
-    "problems",
-    "error",
-    "sglang_version",
-    "duration_s",
-    "defaults",
-    "forced",
-    "fallbacks",
-)
 
 
 def load_probe(path: Path) -> Any:

@@ -1,7 +1,26 @@
-"""Writers for a run's results: diff.json, junit.xml, summary.md."""
+"""Writers for a run folder's files: run.json, diff.json, junit.xml, summary.md."""
 
+from pathlib import Path
+
+from difflab.diff.verdict import FixVerdict
 from difflab.report.junit import write_junit
 from difflab.report.markdown import write_summary
+from difflab.report.record import RunRecord
 from difflab.report.results import write_diff_json
 
-__all__ = ["write_diff_json", "write_junit", "write_summary"]
+
+def write_reports(
+    folder: Path,
+    verdicts: list[FixVerdict],
+    *,
+    title: str = "SGLang fix verification",
+    suite: str = "difflab",
+    extra: dict | None = None,
+) -> None:
+    """diff.json, junit.xml and summary.md for ``verdicts``."""
+    write_diff_json(folder / "diff.json", verdicts, extra)
+    write_junit(folder / "junit.xml", verdicts, suite_name=suite)
+    write_summary(folder / "summary.md", verdicts, title)
+
+
+__all__ = ["RunRecord", "write_diff_json", "write_junit", "write_reports", "write_summary"]

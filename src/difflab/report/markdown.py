@@ -1,7 +1,8 @@
-"""``summary.md``: what a person reads first."""
+"""``summary.md``: what a person reads first; and the Markdown pieces every summary is made of."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from difflab.diff.verdict import FixVerdict
@@ -16,39 +17,60 @@ ICON = {
 }
 
 
-def _cell(value: object) -> str:
+def cell(value: object) -> str:
+    """``value`` as the text of one table cell: pipes escaped, on one line."""
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def declared(kind: str, base: object, head: object) -> str:
+    """What the matrix declares for a field: ``base → head`` for an expectation, ``= value`` for a control."""
+    return f"{base!r} → {head!r}" if kind == "expect" else f"= {base!r}"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: Sequence[str] | None = None) -> list[str]:
+    """A Markdown table's lines; cells are used as given (escape them with :func:`cell` where needed).
+
+    ``align`` holds one rule per column (``"---"``, ``"---:"``); the default is ``"---"`` for all.
+    """
+    rules = align or ["---"] * len(headers)
+    return [_row(headers), "|" + "|".join(rules) + "|", *(_row(r) for r in rows)]
+
+
+def _row(cells: Sequence[object]) -> str:
+    return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
+
+
 def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> str:
-    lines = [f"# {title}", "", "| fix | title | base | head | verdict | reason |", "|---|---|---|---|---|---|"]
-    for v in verdicts:
-        lines.append(
-            f"| {v.fix}{f' ({v.part})' if v.part else ''} | {_cell(v.title)} | {_cell(v.base.get('label', ''))} "
-            f"| {_cell(v.head.get('label', ''))} | {ICON.get(v.verdict, '')} {v.verdict} | {_cell(v.reason)} |"
+    rows = [
+        (
+            f"{v.fix}{f' ({v.part})' if v.part else ''}",
+            cell(v.title),
+            cell(v.base.get("label", "")),
+            cell(v.head.get("label", "")),
+            f"{ICON.get(v.verdict, '')} {v.verdict}",
+            cell(v.reason),
         )
+        for v in verdicts
+    ]
+    lines = [f"# {title}", "", *table(("fix", "title", "base", "head", "verdict", "reason"), rows)]
     for v in verdicts:
         if not v.probes:
             continue
         lines += ["", f"## #{v.fix}{f' ({v.part})' if v.part else ''}: {v.title}", ""]
         for p in v.probes:
-            lines += [
-                f"### `{p.probe}`: {p.verdict}",
-                "",
-                _cell(p.reason),
-                "",
-                "| field | kind | base | head | declared base → head | |",
-                "|---|---|---|---|---|---|",
-            ]
-            for f in p.fields:
-                if f.kind == "expect":
-                    declared = f"{f.declared_base!r} → {f.declared_head!r}"
-                else:
-                    declared = f"= {f.declared_base!r}"
-                lines.append(
-                    f"| `{f.field}` | {f.kind} | {_cell(repr(f.base))} | {_cell(repr(f.head))} | {_cell(declared)} "
-                    f"| {'✓' if f.ok else '✗'} |"
+            fields = [
+                (
+                    f"`{f.field}`",
+                    f.kind,
+                    cell(repr(f.base)),
+                    cell(repr(f.head)),
+                    cell(declared(f.kind, f.declared_base, f.declared_head)),
+                    "✓" if f.ok else "✗",
                 )
+                for f in p.fields
+            ]
+            headers = ("field", "kind", "base", "head", "declared base → head", "")
+            lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), "", *table(headers, fields)]
     return "\n".join(lines) + "\n"
 
 

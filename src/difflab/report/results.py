@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from difflab.diff.verdict import FixVerdict
 from difflab.observation import SCHEMA_VERSION
+from difflab.report.record import write_json
 
 
 def diff_document(verdicts: list[FixVerdict], extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -19,4 +19,4 @@ def diff_document(verdicts: list[FixVerdict], extra: dict[str, Any] | None = Non
 
 
 def write_diff_json(path: Path, verdicts: list[FixVerdict], extra: dict[str, Any] | None = None) -> None:
-    path.write_text(json.dumps(diff_document(verdicts, extra), indent=2, sort_keys=True) + "\n")
+    write_json(path, diff_document(verdicts, extra))

@@ -1,44 +1,60 @@
 """Execution back ends: how a probe gets run against a source.
 
-All answer :class:`~difflab.runner.base.Runner`; :func:`runner_for` picks one.
+All answer :class:`~difflab.runner.base.Runner`. Each back end is a class that declares its
+``name`` (the ``--backend`` value), whether the result cache may answer for it
+(``result_cache``) and whether it runs probes in the local shared environment
+(``local_environment``); :data:`RUNNERS` lists them. A new back end is a new module here
+and one entry in that tuple, nothing else.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+from difflab.errors import ConfigError
 from difflab.runner.base import ProbeJob, Runner
+from difflab.runner.cache import CachingRunner
+from difflab.runner.docker import DockerRunner
+from difflab.runner.subprocess import SubprocessRunner
+from difflab.runner.warm import WarmRunner
+
+RUNNERS: dict[str, type[Any]] = {cls.name: cls for cls in (SubprocessRunner, WarmRunner, DockerRunner)}
+"""``--backend NAME`` -> back end class."""
+
+DEFAULT = WarmRunner.name
+
+
+def runner_class(name: str) -> type[Any]:
+    try:
+        return RUNNERS[name]
+    except KeyError:
+        known = ", ".join(RUNNERS)
+        raise ConfigError(f"unknown backend {name!r} (expected one of {known})") from None
 
 
 def runner_for(name: str, **options: Any) -> Runner:
     """The back end for ``--backend NAME``."""
-    from difflab.errors import ConfigError
-
-    if name == "subprocess":
-        from difflab.runner.subprocess import SubprocessRunner
-
-        return SubprocessRunner(**options)
-    if name == "warm":
-        from difflab.runner.warm import WarmRunner
-
-        return WarmRunner(**options)
-    if name == "docker":
-        from difflab.runner.docker import DockerRunner
-
-        return DockerRunner(**options)
-    raise ConfigError(f"unknown backend {name!r} (expected subprocess, warm or docker)")
+    return runner_class(name)(**options)
 
 
-def build_runner(name: str, environment: Any, use_cache: bool, **options: Any) -> Runner:
-    """``runner_for`` plus the shared environment and, unless docker or ``--no-cache``, the result cache."""
-    if name in ("subprocess", "warm"):
-        options.setdefault("environment", environment)
-    runner = runner_for(name, **options)
-    if use_cache and name != "docker":
-        from difflab.runner.cache import CachingRunner
+def build_runner(
+    name: str, environment: Any, use_cache: bool, say: Callable[[str], None] | None = None, **options: Any
+) -> Runner:
+    """``runner_for`` on the shared environment, wrapped in the result cache where the back end allows it.
 
-        return CachingRunner(inner=runner, environment=environment)
-    return runner
+    ``say`` goes to a back end that reports progress of its own (``say`` field: docker's image build).
+    """
+    cls = runner_class(name)
+    options.setdefault("environment", environment)
+    if say is not None and "say" in {f.name for f in dataclasses.fields(cls)}:
+        options.setdefault("say", say)
+    runner = cls(**options)
+    if not (use_cache and cls.result_cache):
+        return runner
+    cache = options.get("cache")
+    return CachingRunner(inner=runner, environment=environment, cache_dir=cache / "results" if cache else None)
 
 
-__all__ = ["ProbeJob", "Runner", "build_runner", "runner_for"]
+__all__ = ["DEFAULT", "RUNNERS", "ProbeJob", "Runner", "build_runner", "runner_class", "runner_for"]

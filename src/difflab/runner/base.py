@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,6 +44,26 @@ class Runner(Protocol):
     def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
         """One observation per job, in job order."""
         ...
+
+
+def fan_out(
+    jobs: Sequence[ProbeJob], run_one: Callable[[ProbeJob], Observation], workers: int, on_done: Progress | None
+) -> list[Observation]:
+    """``run_one`` over ``jobs``, ``workers`` at once, in job order; ``on_done`` as each one ends.
+
+    Threads are enough: each one only waits on its own probe process or container.
+    """
+
+    def one(job: ProbeJob) -> Observation:
+        obs = run_one(job)
+        if on_done:
+            on_done(obs)
+        return obs
+
+    if workers <= 1 or len(jobs) <= 1:
+        return [one(j) for j in jobs]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, jobs))
 
 
 def observation_from_raw(job: ProbeJob, raw: dict[str, Any], runner: str) -> Observation:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import write_atomic
 from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import cache_root
 from difflab.runner import childlib
@@ -158,13 +157,4 @@ class CachingRunner:
             except OSError:
                 log = None
         entry = {"key": key, "parts": parts, "observation": obs.to_dict(), "log": log}
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:12]}-", suffix=".part")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(entry, fh, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self._path(key), json.dumps(entry, sort_keys=True))

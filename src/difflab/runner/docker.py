@@ -10,7 +10,7 @@ observations carry the same fields.
 
 The image is found by the environment digest label and built on first use
 if the engine lacks it (``difflab image build`` does the same ahead of time);
-see :mod:`difflab.runner.docker_image`. A crash, a hang (the container is
+see :mod:`difflab.image`. A crash, a hang (the container is
 killed at the timeout), an out-of-memory kill or an engine error on one
 probe becomes an ``error`` observation with the container's log; only an
 unreachable engine or an unbuildable image stops the run.
@@ -25,17 +25,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import EnvironmentSetupError
+from difflab.image.build import ensure_image
+from difflab.image.catalog import DifflabImage, find_image, resolve_image, tag_for
+from difflab.image.client import connect
 from difflab.observation import Observation
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail, write_log
-from difflab.runner.docker_image import DifflabImage, ensure_image, resolve_image
+from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, fan_out, tail, write_log
 from difflab.runner.subprocess import default_workers
 
 SOURCE = "/difflab/source"
@@ -43,39 +44,9 @@ CHILD = "/difflab/child"
 PROBES = "/difflab/probes"
 OUT = "/difflab/out"
 
-API_TIMEOUT_S = 600
-"""Engine calls other than ``wait``: creating a container copies the image on a ``vfs`` engine (~30 s/GB)."""
-
 
 def _stderr_say(message: str) -> None:
     print(f"difflab: {message}", file=sys.stderr, flush=True)
-
-
-def connect(docker_host: str | None = None, timeout: int = API_TIMEOUT_S) -> Any:
-    """A docker SDK client for ``docker_host``, else ``$DOCKER_HOST``, else the default socket."""
-    try:
-        import docker
-    except ImportError as exc:  # a dependency of the lab, so only a broken install gets here
-        raise EnvironmentSetupError(f"the docker backend needs the 'docker' package: {exc}") from None
-    where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (default)"
-    how = (
-        "docker_host option"
-        if docker_host
-        else ("$DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "docker.from_env(), DOCKER_HOST unset")
-    )
-    try:
-        if docker_host:
-            client = docker.DockerClient(base_url=docker_host, timeout=timeout)
-        else:
-            client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:
-        raise EnvironmentSetupError(
-            f"no Docker engine reachable at {where} ({how}): {exc}\n"
-            "start one (docs/docker.md: dockerd --host=unix:///tmp/d.sock ...; "
-            "export DOCKER_HOST=unix:///tmp/d.sock) or use --backend subprocess"
-        ) from None
-    return client
 
 
 @dataclass
@@ -95,7 +66,13 @@ class DockerRunner:
     """Build the image when the engine lacks it; ``False`` asks for ``difflab image build`` instead."""
     docker_host: str | None = None
     say: Callable[[str], None] = _stderr_say
+    cache: Path | None = None
+    """Where the staged child package goes (default ``$DIFFLAB_CACHE``)."""
     name: str = "docker"
+    result_cache: ClassVar[bool] = False
+    """Every container run is fresh evidence: no result is replayed from the cache."""
+    local_environment: ClassVar[bool] = False
+    """Probes run in the image; the image build makes the environment itself when it needs one."""
 
     def __post_init__(self) -> None:
         self._client: Any = None
@@ -123,8 +100,6 @@ class DockerRunner:
             return self._image
 
     def _resolve(self) -> DifflabImage:
-        from difflab.runner.docker_image import find_image, tag_for
-
         if self.image:
             return resolve_image(self.client, self.image)
         found = find_image(self.client, self.environment.digest)
@@ -161,18 +136,8 @@ class DockerRunner:
         if not jobs:
             return []
         image = self.ensure()
-        child_root = childlib.stage()
-
-        def one(job: ProbeJob) -> Observation:
-            obs = self.run_one(job, image, child_root)
-            if on_done:
-                on_done(obs)
-            return obs
-
-        if self.workers <= 1 or len(jobs) <= 1:
-            return [one(j) for j in jobs]
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(one, jobs))
+        child_root = childlib.stage(self.cache)
+        return fan_out(jobs, lambda job: self.run_one(job, image, child_root), self.workers, on_done)
 
     def container_config(self, job: ProbeJob, image: DifflabImage, child_root: Path, out_dir: Path) -> dict[str, Any]:
         """Arguments for ``containers.create``: what isolates one probe (kept in one place for tests)."""

@@ -13,16 +13,15 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail, write_log
+from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, fan_out, tail, write_log
 
 PROCESS_MEMORY_BYTES = 700 * 1024 * 1024
 """Peak RSS of one probe process with SGLang imported (measured ~500 MB, with headroom)."""
@@ -38,12 +37,12 @@ def default_workers() -> int:
     return max(1, min(cores, int(avail // PROCESS_MEMORY_BYTES)))
 
 
-def probe_env(source_root: Path, child_root: Path) -> dict[str, str]:
-    """The child's environment: only the source and the staged child modules on the path."""
+def probe_env(source_root: Path, child_root: Path, cache: Path | None = None) -> dict[str, str]:
+    """The child's environment: only the source and the staged child package on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(
         PYTHONPATH=f"{source_root}{os.pathsep}{child_root}",
-        PYTHONPYCACHEPREFIX=str(cache_root() / "pycache"),
+        PYTHONPYCACHEPREFIX=str((cache or cache_root()) / "pycache"),
         PYTHONHASHSEED="0",
         CUDA_VISIBLE_DEVICES="",
         TOKENIZERS_PARALLELISM="false",
@@ -59,24 +58,18 @@ class SubprocessRunner:
 
     environment: SharedEnvironment = field(default_factory=SharedEnvironment)
     workers: int = field(default_factory=default_workers)
+    cache: Path | None = None
+    """Where the staged child package and the bytecode go (default ``$DIFFLAB_CACHE``)."""
     name: str = "subprocess"
+    result_cache: ClassVar[bool] = True
+    local_environment: ClassVar[bool] = True
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}
 
     def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
-        child_root = childlib.stage()
-
-        def one(job: ProbeJob) -> Observation:
-            obs = self.run_one(job, child_root)
-            if on_done:
-                on_done(obs)
-            return obs
-
-        if self.workers <= 1 or len(jobs) <= 1:
-            return [one(j) for j in jobs]
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(one, jobs))
+        child_root = childlib.stage(self.cache)
+        return fan_out(jobs, lambda job: self.run_one(job, child_root), self.workers, on_done)
 
     def run_one(self, job: ProbeJob, child_root: Path) -> Observation:
         started = time.perf_counter()
@@ -86,7 +79,7 @@ class SubprocessRunner:
             try:
                 proc = subprocess.run(
                     cmd,
-                    env=probe_env(job.source.root, child_root),
+                    env=probe_env(job.source.root, child_root, self.cache),
                     cwd=tmp,
                     capture_output=True,
                     text=True,

@@ -4,7 +4,7 @@ A fresh interpreter per probe pays ~5-9 s of imports and ~1.5 s of teardown
 for a probe that itself runs in well under a second. Here one hub process of
 the shared environment imports SGLang's third-party dependencies once, forks
 one server per SGLang source that imports that source's SGLang once, and each
-server forks a child per probe (see :mod:`difflab.probe.server`). A fork is a
+server forks a child per probe (see :mod:`difflab.probe.hub`). A fork is a
 private copy, so probes stay as isolated as separate processes; a crash or a
 hang (killed at ``job.timeout_s``) is an ``error`` observation with the log.
 
@@ -28,15 +28,16 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import write_atomic
 from difflab.observation import Observation
 from difflab.paths import cache_root
-from difflab.probe.server import HUB_PRELOAD, SERVER_PRELOAD
+from difflab.probe.hub import HUB_PRELOAD
+from difflab.probe.source_server import SERVER_PRELOAD
 from difflab.runner import childlib
 from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail
 from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
@@ -68,14 +69,15 @@ class _Hub:
         preload: Sequence[str],
         preload_file: Path | None,
         pycache: Path | None,
+        cache: Path | None = None,
     ) -> _Hub:
         folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
         log = (folder / "hub.log").open("wb")
-        env = probe_env(Path(os.devnull), child_root) | {"PYTHONPATH": str(child_root)}
+        env = probe_env(Path(os.devnull), child_root, cache) | {"PYTHONPATH": str(child_root)}
         cmd = [
             str(python),
             "-m",
-            "difflab.probe.server",
+            "difflab.probe.hub",
             "--preload",
             ",".join(preload),
             "--preload-file",
@@ -179,14 +181,18 @@ class WarmRunner:
     """Probe processes at once, over all servers."""
     hub_preload: tuple[str, ...] = HUB_PRELOAD
     server_preload: tuple[str, ...] = SERVER_PRELOAD
+    cache: Path | None = None
+    """Where the staged child package, the bytecode and the learned preload list go (default ``$DIFFLAB_CACHE``)."""
     pycache: Path | None = None
-    """Bytecode cache for the sources (default ``$DIFFLAB_CACHE/pycache``); the sources stay untouched."""
+    """Bytecode cache for the sources (default ``<cache>/pycache``); the sources stay untouched."""
     learn: bool = True
     """Remember which third-party modules the servers imported, so the next hub preloads them once for all."""
     stats: dict[str, Any] = field(
         default_factory=lambda: {"hubs": [], "servers": [], "fallbacks": [], "probe_wall_s": []}
     )
     """What the runs so far cost: hub and server imports, per-probe fork-to-exit wall time, fallbacks."""
+    result_cache: ClassVar[bool] = True
+    local_environment: ClassVar[bool] = True
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
 
@@ -218,7 +224,7 @@ class WarmRunner:
         results: list[Observation | None] = [None] * len(jobs)
         if not jobs:
             return []
-        child_root = childlib.stage()
+        child_root = childlib.stage(self.cache)
         fallback: list[int] = []
         work = Path(tempfile.mkdtemp(prefix="difflab-warm-run-"))
         try:
@@ -234,7 +240,7 @@ class WarmRunner:
                 self.close()  # servers of an interrupted run must not outlive it
                 raise
             if fallback:
-                self._run_fallback(jobs, sorted(set(fallback)), results, on_done, child_root)
+                self._run_fallback(jobs, sorted(set(fallback)), results, on_done)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return [r for r in results if r is not None]
@@ -243,24 +249,30 @@ class WarmRunner:
         if self._hub is not None and (not self._hub.alive or self._hub.child_digest != childlib.child_digest()):
             self.close()
         if self._hub is None:
-            pycache = self.pycache or cache_root() / "pycache"
+            pycache = self.pycache or self._cache / "pycache"
             learned = self._learned_file() if self.learn and self._learned_file().exists() else None
             try:
-                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, learned, pycache)
+                self._hub = _Hub.start(
+                    self.environment.python, child_root, self.hub_preload, learned, pycache, self.cache
+                )
             except WarmUnavailable:
                 if learned is None:
                     raise
                 # A learned module may have started a thread (the hub cannot fork then) or crashed:
                 # forget the list rather than fall back to fresh processes from now on.
                 learned.unlink(missing_ok=True)
-                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, pycache)
+                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, pycache, self.cache)
             self.stats["hubs"].append({k: self._hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
             if learned is not None and self._hub.info.get("failed"):
                 self._forget(set(self._hub.info["failed"]))  # e.g. a module a library made up at run time
         return self._hub
 
+    @property
+    def _cache(self) -> Path:
+        return self.cache or cache_root()
+
     def _learned_file(self) -> Path:
-        return cache_root() / "warm" / f"hub-preload-{self.environment.digest[:16]}.txt"
+        return self._cache / "warm" / f"hub-preload-{self.environment.digest[:16]}.txt"
 
     def _learn(self, imported: list[str]) -> None:
         """Add what a server imported from the environment to the next hub's preload list.
@@ -281,11 +293,7 @@ class WarmRunner:
             self._write_learned([m for m in path.read_text().split() if m not in modules])
 
     def _write_learned(self, modules: list[str]) -> None:
-        path = self._learned_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text("\n".join(modules) + "\n")
-        os.replace(tmp, path)
+        write_atomic(self._learned_file(), "\n".join(modules) + "\n")
 
     def _schedule(
         self,
@@ -413,16 +421,8 @@ class WarmRunner:
         idx: list[int],
         results: list[Observation | None],
         on_done: Progress | None,
-        child_root: Path,
     ) -> None:
         """Fresh processes for what the warm path could not run (``runner = "subprocess"`` says so)."""
-        runner = SubprocessRunner(environment=self.environment, workers=self.parallel)
-
-        def one(i: int) -> None:
-            obs = runner.run_one(jobs[i], child_root)
+        runner = SubprocessRunner(environment=self.environment, workers=self.parallel, cache=self.cache)
+        for i, obs in zip(idx, runner.run([jobs[i] for i in idx], on_done), strict=True):
             results[i] = obs
-            if on_done:
-                on_done(obs)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(idx)))) as pool:
-            list(pool.map(one, idx))

@@ -31,6 +31,10 @@ class SourceBackend(Protocol):
 
     kind: str
 
+    def pin(self, fix: Fix, side: str, matrix_path: Path | None = None) -> SidePin:
+        """The pin this back end materialises for one side (or the matrix's reason there is none)."""
+        ...
+
     def materialise(self, fix: Fix, side: str, pin: SidePin) -> MaterialisedSource:
         """Return the source for ``pin``; raise :class:`~difflab.errors.SourceError` if it cannot."""
         ...

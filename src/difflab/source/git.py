@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from difflab.errors import ConfigError, SourceError
-from difflab.matrix.model import Fix, SidePin
+from difflab.matrix.model import Fix, Matrix, SidePin
 from difflab.paths import cache_root
 from difflab.source.base import MaterialisedSource
 from difflab.source.lock import default_lock_path, read_lock
@@ -34,6 +34,17 @@ class GitSource:
         self.repo = normalise_repo(self.repo or default_repo())
         self.cache = self.cache or cache_root()
         self.mirror = Mirror(self.repo, self.cache)
+
+    @classmethod
+    def for_matrix(cls, matrix: Matrix, repo: str | None = None) -> GitSource:
+        """The back end ``difflab run --source git`` uses: sides with their ``test/`` trees (upstream tests)."""
+        return cls(repo=repo, with_tests=True)
+
+    @staticmethod
+    def pin(fix: Fix, side: str, matrix_path: Path | None = None) -> SidePin:
+        """The side's commit (lock file, else the matrix's ``commits``), or the matrix's unavailable pin."""
+        pin: SidePin = getattr(fix, side)
+        return pin if pin.unavailable else commit_pin_for(fix, side, matrix_path)
 
     def materialise(self, fix: Fix, side: str, pin: SidePin) -> MaterialisedSource:
         if not pin.commit:

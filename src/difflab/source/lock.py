@@ -17,12 +17,12 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from difflab.errors import ConfigError
+from difflab.files.atomic import write_atomic
 from difflab.matrix.model import Fix, Matrix
 from difflab.paths import default_matrix
 from difflab.source.mirror import Mirror
@@ -176,15 +176,7 @@ def resolve_lock(matrix: Matrix, mirror: Mirror, branch: str = "main") -> LockFi
 
 def write_lock(path: Path, lock: LockFile) -> None:
     """Atomically: a reader never sees half a lock file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(lock.to_dict(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(lock.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def read_lock(path: Path) -> LockFile | None:

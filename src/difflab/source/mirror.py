@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ import git
 from filelock import FileLock
 
 from difflab.errors import SourceError
+from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
 
 UPSTREAM = "https://github.com/sgl-project/sglang.git"
@@ -108,8 +107,7 @@ class Mirror:
 
     def _create(self) -> None:
         """``git init --bare`` in a temp sibling renamed into place: never a half-made mirror."""
-        tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}-"))
-        try:
+        with atomic_folder(self.path) as tmp:
             git.Git(str(tmp)).init("--quiet", "--bare", str(tmp))
             cmd = git.Git(str(tmp))
             cmd.update_environment(GIT_DIR=str(tmp))
@@ -124,11 +122,6 @@ class Mirror:
             cmd.config("maintenance.auto", "false")
             self._add_remote(cmd, "origin", self.url)
             cmd.config("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*")
-            shutil.rmtree(self.path, ignore_errors=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     @staticmethod
     def _add_remote(cmd: git.Git, name: str, url: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from difflab.errors import ConfigError, SourceError
-from difflab.matrix.model import Fix, ReleasePin, SidePin
+from difflab.files.atomic import atomic_folder
+from difflab.matrix.model import Fix, Matrix, ReleasePin, SidePin
 from difflab.paths import cache_root
 from difflab.source.base import MaterialisedSource
 
@@ -49,6 +49,16 @@ class ReleaseSource:
         self.cache = self.cache or cache_root()
 
     # -- public ---------------------------------------------------------------
+    @classmethod
+    def for_matrix(cls, matrix: Matrix, repo: str | None = None) -> ReleaseSource:
+        """The back end ``difflab run --source release`` uses: the matrix's pinned wheels."""
+        return cls(matrix.releases)
+
+    @staticmethod
+    def pin(fix: Fix, side: str, matrix_path: Path | None = None) -> SidePin:
+        """The matrix's own pin for the side (a release, or why there is none)."""
+        return getattr(fix, side)
+
     def materialise(self, fix: Fix, side: str, pin: SidePin) -> MaterialisedSource:
         if not pin.release:
             raise ConfigError(f"fix {fix.id!r}: {side} is not a release pin ({pin.label})")
@@ -65,7 +75,7 @@ class ReleaseSource:
         with lock:
             if not (target / "sglang" / "__init__.py").exists():
                 wheel = self._wheel(pin)
-                self._unpack(wheel, target)
+                unpack_sglang(wheel, target)
         return MaterialisedSource(
             label=pin.version,
             kind="release",
@@ -129,21 +139,12 @@ class ReleaseSource:
             )
         return path
 
-    @staticmethod
-    def _unpack(wheel: Path, target: Path) -> None:
-        """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-        try:
-            with zipfile.ZipFile(wheel) as zf:
-                members = [n for n in zf.namelist() if n.startswith("sglang/")]
-                for name in members:
-                    if name.startswith("/") or ".." in Path(name).parts:
-                        raise SourceError(f"{wheel.name}: unsafe member {name!r}")
-                zf.extractall(tmp, members=members)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+def unpack_sglang(wheel: Path, target: Path) -> None:
+    """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
+    with atomic_folder(target) as tmp, zipfile.ZipFile(wheel) as zf:
+        members = [n for n in zf.namelist() if n.startswith("sglang/")]
+        for name in members:
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise SourceError(f"{wheel.name}: unsafe member {name!r}")
+        zf.extractall(tmp, members=members)

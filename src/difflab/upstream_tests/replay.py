@@ -5,7 +5,7 @@ drift with the code (their fakes go stale), so they say less than a probe.
 The test files are taken from one checkout, the head's ``test/`` tree when
 it has one (the fix's tests usually arrive with the fix), and run against
 each side's ``python/`` in a fresh process of the shared environment
-(:mod:`difflab.upstream_tests.child`). Written into the run folder:
+(:mod:`difflab.probe.upstream_child`). Written into the run folder:
 ``upstream-tests/<fix>/<side>.xml`` (JUnit) and ``.json``/``.log`` beside
 it, and ``upstream-tests.json`` with the per-test diff for every fix.
 """
@@ -17,24 +17,24 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
-
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix.model import Fix
-from difflab.observation import SCHEMA_VERSION
+from difflab.observation import SCHEMA_VERSION, SIDES
+from difflab.probe import upstream_child
+from difflab.report.junit import Case, write_cases
+from difflab.report.record import write_json
 from difflab.runner import childlib
 from difflab.runner.base import tail
 from difflab.runner.subprocess import probe_env
 from difflab.source.base import MaterialisedSource
 
 DEFAULT_TIMEOUT_S = 300.0
-CHILD = Path(__file__).with_name("child.py")
-SIDES = ("base", "head")
+CHILD = upstream_child.__name__
 
 
 @dataclass
@@ -167,14 +167,13 @@ def run_tests(
     run = SideRun(side=side, source=dict(source.identity), status="ok")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="difflab-upstream-") as tmp:
-        script = Path(tmp) / "difflab_upstream_child.py"
-        shutil.copyfile(CHILD, script)  # run from a folder holding nothing else that could be imported
         result = Path(tmp) / "result.json"
-        cmd = [str(env.python), str(script), str(result), str(tests_root), *files]
+        # run from an empty folder: nothing but the source and the staged package can be imported
+        cmd = [str(env.python), "-m", CHILD, str(result), str(tests_root), *files]
         try:
             proc = subprocess.run(
                 cmd,
-                env=probe_env(source.root, childlib.stage()),
+                env=probe_env(source.root, childlib.stage(env.cache)),
                 cwd=tmp,
                 capture_output=True,
                 text=True,
@@ -195,30 +194,25 @@ def run_tests(
     return run
 
 
-def write_side_junit(path: Path, fix_id: str, run: SideRun) -> None:
-    suite = TestSuite(f"upstream-tests.{fix_id}.{run.side}")
+def side_cases(fix_id: str, run: SideRun) -> Iterator[Case]:
+    """One case per upstream test (plus one for the run itself when it could not run)."""
     if run.status != "ok":
-        case = TestCase(name="(run)", classname=f"upstream.{fix_id}.{run.side}")
-        case.result = [Error(run.error or run.status, run.status)]
-        suite.add_testcase(case)
+        yield Case(f"upstream.{fix_id}.{run.side}", "(run)", "error", run.error or run.status, run.status)
     for t in run.tests:
         file, _, name = t.id.partition("::")
-        case = TestCase(name=name or t.id, classname=file.removesuffix(".py").replace("/", "."))
-        case.time = round(t.duration_s, 3)
-        if t.outcome == "failed":
-            case.result = [Failure(t.message or "", t.error_type or "AssertionError")]
-        elif t.outcome == "error":
-            kind = "stale-fake" if t.stale_fake else (t.error_type or "error")
-            case.result = [Error(f"{kind}: {t.error_type}: {t.message}", kind)]
-        elif t.outcome == "skipped":
-            case.result = [Skipped(t.message or "")]
-        if t.traceback:
-            case.system_err = t.traceback
-        suite.add_testcase(case)
-    xml = JUnitXml()
-    xml.add_testsuite(suite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    xml.write(str(path), pretty=True)
+        stale = "stale-fake" if t.stale_fake else (t.error_type or "error")
+        message, kind = {
+            "failed": (t.message or "", t.error_type or "AssertionError"),
+            "error": (f"{stale}: {t.error_type}: {t.message}", stale),
+            "skipped": (t.message or "", ""),
+        }.get(t.outcome, ("", ""))
+        outcome = t.outcome if t.outcome in ("failed", "error", "skipped") else "passed"
+        classname = file.removesuffix(".py").replace("/", ".")
+        yield Case(classname, name or t.id, outcome, message, kind, t.duration_s, stderr=t.traceback or None)
+
+
+def write_side_junit(path: Path, fix_id: str, run: SideRun) -> None:
+    write_cases(path, f"upstream-tests.{fix_id}.{run.side}", side_cases(fix_id, run))
 
 
 def replay_fix(
@@ -271,5 +265,4 @@ def replay_run(
             say(f"upstream tests {fix.label}: {summary or replay.note}")
         replays.append(replay.to_dict())
     path = work / "upstream-tests.json"
-    path.write_text(json.dumps({"schema": SCHEMA_VERSION, "fixes": replays}, indent=2, sort_keys=True) + "\n")
-    return path
+    return write_json(path, {"schema": SCHEMA_VERSION, "fixes": replays})

@@ -9,51 +9,36 @@ backport.json, junit.xml and summary.md, so it can be sealed as a bundle.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import os
-import shutil
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from difflab import __version__
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
 from difflab.backport.report import write_backport_json, write_backport_junit, write_backport_summary
+from difflab.bundle import seal
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
-from difflab.matrix import Fix, load_matrix
-from difflab.observation import SCHEMA_VERSION, Observation
-from difflab.paths import default_matrix, probes_dir, repo_root
-from difflab.runfolder import atomic_folder
-from difflab.runner import ProbeJob, Runner, build_runner
-from difflab.runner.base import DEFAULT_TIMEOUT_S
-from difflab.source.base import MaterialisedSource
+from difflab.files.atomic import atomic_folder
+from difflab.matrix import load_matrix
+from difflab.paths import repo_root
+from difflab.progress import Reporter
+from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.runner import build_runner, runner_class
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
+from difflab.workflows.observe import ProbeOptions, observe
 
 SIDE = "fork"
 
 
-@dataclass
-class BackportRequest:
+@dataclass(kw_only=True)
+class BackportRequest(ProbeOptions):
     """Everything that determines a backport check (recorded in run.json)."""
 
     repo: str
     ref: str
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
-    out: Path | None = None
     upstream: str | None = None
-    runner: str = "warm"
-    bundle: bool = True
-    key: Path | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    use_cache: bool = True
     scan_limit: int = DEFAULT_SCAN_LIMIT
     cache: Path | None = None
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
 @dataclass
@@ -64,55 +49,14 @@ class BackportOutcome:
 
 
 def default_out() -> Path:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return repo_root() / "results" / f"backport-{stamp}"
+    return repo_root() / "results" / f"backport-{folder_stamp(utc_now())}"
 
 
-def _stamp(when: dt.datetime) -> str:
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def fork_jobs(
-    fixes: list[Fix], src: MaterialisedSource, work: Path, timeout_s: float
-) -> tuple[list[ProbeJob], list[Observation]]:
-    """One job per fix x probe on the fork, plus errors for probe files that do not exist."""
-    jobs, known = [], []
-    for fix in fixes:
-        for spec in fix.probes:
-            probe_file = probes_dir() / f"{spec.name}.py"
-            if not probe_file.exists():
-                known.append(
-                    Observation(
-                        fix=fix.id,
-                        probe=spec.name,
-                        side=SIDE,
-                        source=dict(src.identity),
-                        status="error",
-                        error=f"probe file {probe_file} does not exist",
-                    )
-                )
-                continue
-            jobs.append(
-                ProbeJob(
-                    fix_id=fix.id,
-                    probe=spec.name,
-                    side=SIDE,
-                    source=src,
-                    probe_file=probe_file,
-                    log_path=work / "observations" / fix.id / SIDE / f"{spec.name}.log",
-                    timeout_s=timeout_s,
-                )
-            )
-    return jobs, known
-
-
-def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
+def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportOutcome:
     """Check the fork; raise :class:`DifflabError` on bad input (unknown fix, unreachable repo, bad ref)."""
-    from difflab.progress import Reporter
-
-    reporter = Reporter()
-    say = say or reporter.say
-    started = dt.datetime.now(dt.UTC)
+    reporter = reporter or Reporter()
+    say = reporter.say
+    record = RunRecord(command="backport", argv=req.argv)
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
     source = GitSource(repo=req.repo, cache=req.cache)
@@ -123,15 +67,11 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
     out = (req.out or default_out()).resolve()
     with atomic_folder(out) as work:
         env = SharedEnvironment()
-        if req.runner != "docker":
+        if runner_class(req.runner).local_environment:
             env.ensure(progress=say)
-        runner = build_runner(req.runner, env, req.use_cache)
-        jobs, known = fork_jobs(fixes, fork, work, req.timeout_s)
-        observed = reporter.track(runner, jobs)
-        by_key: dict[tuple[str, str], Observation] = {}
-        for obs in known + observed:
-            obs.write(work / "observations" / obs.fix / SIDE / f"{obs.probe}.json")
-            by_key[(obs.fix, obs.probe)] = obs
+        runner = build_runner(req.runner, env, req.use_cache, say)
+        observed = observe(fixes, {(fix.id, SIDE): fork for fix in fixes}, runner, work, reporter, req.timeout_s)
+        by_key = {(obs.fix, obs.probe): obs for obs in observed}
         verdicts = []
         for fix in fixes:
             seen = {spec.name: by_key[(fix.id, spec.name)] for spec in fix.probes if (fix.id, spec.name) in by_key}
@@ -154,51 +94,19 @@ def execute(req: BackportRequest, say: Any = None) -> BackportOutcome:
         write_backport_json(work / "backport.json", fork_doc, verdicts)
         write_backport_junit(work / "junit.xml", verdicts)
         write_backport_summary(work / "summary.md", fork_doc, verdicts)
-        _write_run_files(work, req, matrix.path, matrix.sha256, fixes, fork, env, runner, started, exit_code)
+        record.fixes = [f.id for f in fixes]
+        record.details = {
+            "sides": [SIDE],
+            "source_kind": "git",
+            "repo": fork.identity["repo"],
+            "ref": req.ref,
+            "runner": runner.describe(),
+            "sources": {SIDE: fork.identity},
+            "environment_digest": env.digest,
+        }
+        record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if req.bundle:
-            from difflab.bundle import seal
-
-            seal(work, key=req.key)
+            seal(work, key=req.key, echo=reporter.say)
     for v in verdicts:
         say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
     return BackportOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
-
-
-def _write_run_files(
-    work: Path,
-    req: BackportRequest,
-    matrix_path: Path,
-    matrix_sha256: str,
-    fixes: list[Fix],
-    fork: MaterialisedSource,
-    env: SharedEnvironment,
-    runner: Runner,
-    started: dt.datetime,
-    exit_code: int,
-) -> None:
-    shutil.copyfile(matrix_path, work / "matrix.toml")
-    run = {
-        "schema": SCHEMA_VERSION,
-        "tool": "sglang-difflab",
-        "tool_version": __version__,
-        "command": "backport",
-        "argv": req.argv,
-        "started_at": _stamp(started),
-        "finished_at": _stamp(dt.datetime.now(dt.UTC)),
-        "matrix": {
-            "path": os.path.relpath(matrix_path, repo_root()) if matrix_path.is_absolute() else str(matrix_path),
-            "sha256": matrix_sha256,
-        },
-        "fixes": [f.id for f in fixes],
-        "sides": [SIDE],
-        "source_kind": "git",
-        "repo": fork.identity["repo"],
-        "ref": req.ref,
-        "runner": runner.describe(),
-        "sources": {SIDE: fork.identity},
-        "environment_digest": env.digest,
-        "exit_code": exit_code,
-    }
-    (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
-    env_doc = env.describe() if env.ready else {"digest": env.digest, "note": "environment not built locally"}
-    (work / "environment.json").write_text(json.dumps(env_doc, indent=2, sort_keys=True) + "\n")

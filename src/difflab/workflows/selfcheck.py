@@ -13,18 +13,26 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from difflab.diff.classify import Match, classify, controls_hold, field_side
-from difflab.matrix import Fix, Mutation
+from difflab.environment.shared import SharedEnvironment
+from difflab.files.atomic import atomic_folder
+from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
-from difflab.paths import cache_root, probes_dir
-from difflab.runner import ProbeJob
+from difflab.paths import cache_root, repo_root
+from difflab.progress import Reporter
+from difflab.report.junit import Case, write_cases
+from difflab.report.markdown import cell
+from difflab.report.record import RunRecord, folder_stamp, write_json
+from difflab.runner import ProbeJob, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner.jobs import build_jobs
 from difflab.source import MaterialisedSource
+from difflab.source.release import ReleaseSource
+from difflab.workflows.observe import Selection
 
 OUTCOMES = ("causal", "insensitive", "entangled", "mutation-stale", "error")
 
@@ -71,19 +79,11 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
     root = (cache or cache_root()) / "mutated"
     dest = root / f"{source.label}-{mutation.name}-{key}"
     if not (dest / mutation.file).exists():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".mutating-"))
-        try:
+        with atomic_folder(dest) as tmp:
             shutil.copytree(source.root / "sglang", tmp / "sglang", copy_function=os.link)
             edited = tmp / mutation.file
             edited.unlink()  # break the hard link before writing
             edited.write_text(text.replace(mutation.find, mutation.replace))
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
     return MaterialisedSource(
         label=f"{source.label}+{mutation.name}",
@@ -167,18 +167,8 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
 def selfcheck_jobs(
     fix: Fix, mutation: Mutation, mutated: MaterialisedSource, work: Path, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[ProbeJob]:
-    return [
-        ProbeJob(
-            fix_id=fix.id,
-            probe=spec.name,
-            side=f"mutated-{mutation.name}",
-            source=mutated,
-            probe_file=probes_dir() / f"{spec.name}.py",
-            log_path=work / "selfcheck" / fix.id / mutation.name / f"{spec.name}.log",
-            timeout_s=timeout_s,
-        )
-        for spec in fix.probes
-    ]
+    sources = {(fix.id, f"mutated-{mutation.name}"): mutated}
+    return build_jobs([fix], sources, lambda fix_id, _side: work / "selfcheck" / fix_id / mutation.name, timeout_s)[0]
 
 
 def run_selfcheck(
@@ -277,10 +267,6 @@ def selfcheck_passed(results: list[MutationResult], coverage: list[HunkCoverage]
 
 def write_selfcheck(folder: Path, results: list[MutationResult], coverage: list[HunkCoverage] | None = None) -> None:
     """selfcheck.json, selfcheck-junit.xml and selfcheck.md beside the run's other results."""
-    import json
-
-    from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
-
     coverage = coverage or []
     covered, total = coverage_ratio(coverage)
     doc = {
@@ -289,23 +275,24 @@ def write_selfcheck(folder: Path, results: list[MutationResult], coverage: list[
         "hunk_coverage": {"covered": covered, "hunks": total, "fixes": [c.to_dict() for c in coverage]},
         "mutations": [r.to_dict() for r in results],
     }
-    (folder / "selfcheck.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    suite = TestSuite("difflab-selfcheck")
-    for r in results:
-        case = TestCase(name=r.mutation, classname=f"selfcheck.{r.fix}")
-        if r.outcome == "error":
-            case.result = [Error(r.reason, r.outcome)]
-        elif r.outcome != "causal":
-            case.result = [Failure(r.reason, r.outcome)]
-        suite.add_testcase(case)
-    for c in coverage:
-        case = TestCase(name="hunk-coverage", classname=f"selfcheck.{c.fix}")
-        if c.uncovered and not c.note.startswith("head unavailable"):
-            case.result = [Failure("no causal mutation for: " + ", ".join(c.uncovered), "uncovered")]
-        suite.add_testcase(case)
-    xml = JUnitXml()
-    xml.add_testsuite(suite)
-    xml.write(str(folder / "selfcheck-junit.xml"), pretty=True)
+    write_json(folder / "selfcheck.json", doc)
+    outcome = {"causal": "passed", "error": "error"}
+    cases = [
+        Case(f"selfcheck.{r.fix}", r.mutation, outcome.get(r.outcome, "failed"), r.reason, r.outcome) for r in results
+    ]
+    cases += [
+        Case(
+            f"selfcheck.{c.fix}",
+            "hunk-coverage",
+            "failed",
+            "no causal mutation for: " + ", ".join(c.uncovered),
+            "uncovered",
+        )
+        if c.uncovered and not c.note.startswith("head unavailable")
+        else Case(f"selfcheck.{c.fix}", "hunk-coverage", "passed", "", "")
+        for c in coverage
+    ]
+    write_cases(folder / "selfcheck-junit.xml", "difflab-selfcheck", cases)
     lines = [
         "# Causality self-check",
         "",
@@ -320,12 +307,40 @@ def write_selfcheck(folder: Path, results: list[MutationResult], coverage: list[
     for r in results:
         lines.append(
             f"| {r.fix} | `{r.mutation}` | {', '.join(r.hunks)} | `{r.file}` | {r.head} | {r.outcome} "
-            f"| {r.reason.replace('|', '/')} |"
+            f"| {cell(r.reason)} |"
         )
     if coverage:
         lines += ["", "| fix | paths | covered | not covered | note |", "|---|---|---|---|---|"]
         for c in coverage:
-            lines.append(
-                f"| {c.fix} | {len(c.hunks)} | {len(c.covered)} | {', '.join(c.uncovered) or '-'} | {c.note or '-'} |"
-            )
+            uncovered = ", ".join(c.uncovered) or "-"
+            lines.append(f"| {c.fix} | {len(c.hunks)} | {len(c.covered)} | {uncovered} | {cell(c.note or '-')} |")
     (folder / "selfcheck.md").write_text("\n".join(lines) + "\n")
+
+
+@dataclass(kw_only=True)
+class SelfcheckRequest(Selection):
+    """``difflab selfcheck``: the fixes whose heads get their reverting mutations."""
+
+
+def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationResult], list[HunkCoverage], Path]:
+    """Mutate every selected head release and judge its probes; the run folder holds selfcheck.*."""
+    matrix = load_matrix(req.matrix)
+    fixes = matrix.select(req.fixes)
+    backend = ReleaseSource(matrix.releases)
+    heads = {}
+    for fix in fixes:
+        if fix.head.unavailable:
+            reporter.say(f"{fix.label}: head unavailable ({fix.head.unavailable}); nothing to revert")
+            continue
+        heads[fix.id] = backend.materialise(fix, "head", fix.head)
+    env = SharedEnvironment().ensure(progress=reporter.say)
+    runner = build_runner(req.runner, env, req.use_cache)
+    record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
+    out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
+    with atomic_folder(out) as work:
+        results = run_selfcheck(fixes, heads, runner, work, reporter.track)
+        coverage = hunk_coverage(fixes, heads, results)
+        write_selfcheck(work, results, coverage)
+        passed = selfcheck_passed(results, coverage)
+        record.write(work, 0 if passed else 1, matrix=(matrix.path, matrix.sha256))
+    return results, coverage, out

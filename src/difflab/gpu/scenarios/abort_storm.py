@@ -14,8 +14,9 @@ import threading
 import time
 from typing import Any
 
-from difflab.gpu.client import EngineError, Reply
-from difflab.gpu.metrics import MetricSet
+from difflab.engine import names
+from difflab.engine.client import EngineError, Reply
+from difflab.engine.metrics import MetricSet
 from difflab.gpu.scenarios.base import (
     Endpoints,
     Limits,
@@ -29,7 +30,6 @@ from difflab.gpu.scenarios.base import (
     wait_until,
     words_for_tokens,
 )
-from difflab.preflight import names
 
 
 def _scrape(ep: Endpoints) -> dict[str, MetricSet]:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from difflab.gpu.client import EngineClient
-from difflab.gpu.facts import EngineFacts, read_engine
+from difflab.engine.client import EngineClient
+from difflab.engine.facts import EngineFacts, read_engine
 
 MARKER = re.compile(r"CANARY-[0-9a-f]+-\d+-[SE]")
 FILLER = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "rain", "falls")

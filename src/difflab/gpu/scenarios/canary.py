@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from difflab.gpu.client import Reply
+from difflab.engine.client import Reply
 from difflab.gpu.scenarios.base import (
     Endpoints,
     Limits,

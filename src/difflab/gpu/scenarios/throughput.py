@@ -14,8 +14,10 @@ from typing import Any, Protocol
 from difflab.errors import DifflabError
 from difflab.gpu.bench import AB_METRICS, BenchResult
 from difflab.gpu.stats import Comparison, compare
+from difflab.observation import SIDES
 
-SIDES = ("base", "head")
+THROUGHPUT = "gpu_throughput_ab"
+"""The A/B's name where a probe's would stand (observations, verdicts)."""
 
 
 class SideLoad(Protocol):

@@ -1,6 +1,6 @@
 """Run SGLang's own unittest-style test files inside the shared environment; write one JSON result.
 
-``python child.py OUT_JSON TESTS_ROOT FILE [FILE ...]`` with the materialised
+``python -m difflab.probe.upstream_child OUT_JSON TESTS_ROOT FILE [FILE ...]`` with the materialised
 source and the staged child modules on ``PYTHONPATH`` (as for a probe).
 
 unittest, not pytest: the shared environment must hold SGLang's
@@ -19,7 +19,6 @@ exception, and ``skipped``. Standard library only.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -27,6 +26,9 @@ import traceback
 import unittest
 from pathlib import Path
 from typing import Any
+
+from difflab.probe import stubs
+from difflab.probe.child import write_atomic
 
 STALE = (ImportError, AttributeError)
 
@@ -120,18 +122,14 @@ def run_file(tests_root: Path, rel: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
-        print("usage: child.py OUT_JSON TESTS_ROOT FILE [FILE ...]", file=sys.stderr)
+        print("usage: python -m difflab.probe.upstream_child OUT_JSON TESTS_ROOT FILE [FILE ...]", file=sys.stderr)
         return 2
-    from difflab.environment import stubs
-
     stubs.install()
     out, tests_root, files = Path(argv[0]), Path(argv[1]), argv[2:]
     records: list[dict[str, Any]] = []
     for rel in files:
         records += run_file(tests_root, rel)
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text(json.dumps({"tests": records}, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out)
+    write_atomic(out, {"tests": records})
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # interpreter teardown with torch loaded costs seconds and proves nothing

@@ -9,25 +9,21 @@ to reproduce; any disagreement is reported next to the table.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from difflab.diff.likeness import judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.matrix import Fix, Matrix, load_matrix
+from difflab.files.atomic import atomic_folder
+from difflab.matrix import Fix, load_matrix
 from difflab.observation import Observation
-from difflab.paths import probes_dir, repo_root
-from difflab.runfolder import atomic_folder
-from difflab.runner import ProbeJob, Runner
-from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.paths import repo_root
+from difflab.progress import Reporter
+from difflab.report.record import copy_matrix, folder_stamp, utc_now, write_json
+from difflab.runner import Runner, build_runner
 from difflab.source.release import ReleaseSource
-
-CELLS = ("fixed", "bug", "partial", "error", "n/a")
+from difflab.workflows.observe import Selection, observe
 
 
 @dataclass
@@ -85,27 +81,6 @@ def judge_cell(fix: Fix, release: str, obs: dict[str, Observation], expected: st
     )
 
 
-def _jobs(matrix: Matrix, fixes: list[Fix], releases: list[str], work: Path) -> list[ProbeJob]:
-    backend = ReleaseSource(matrix.releases)
-    jobs = []
-    for release in releases:
-        src = backend.release(release)
-        for fix in fixes:
-            for spec in fix.probes:
-                jobs.append(
-                    ProbeJob(
-                        fix_id=fix.id,
-                        probe=spec.name,
-                        side=release,
-                        source=src,
-                        probe_file=probes_dir() / f"{spec.name}.py",
-                        log_path=work / "observations" / fix.id / release / f"{spec.name}.log",
-                        timeout_s=DEFAULT_TIMEOUT_S,
-                    )
-                )
-    return jobs
-
-
 def render_markdown(fixes: list[Fix], releases: list[str], cells: list[Cell]) -> str:
     by = {(c.fix, c.release): c for c in cells}
     lines = [
@@ -133,7 +108,7 @@ def run_contains(
     out: Path | None,
     runner: Runner,
     env: SharedEnvironment,
-    track: Any,
+    reporter: Reporter,
 ) -> tuple[list[Fix], list[str], list[Cell], Path]:
     matrix = load_matrix(matrix_path)
     fixes = matrix.select(fix_ids)
@@ -142,13 +117,12 @@ def run_contains(
     unknown = [r for r in releases if r not in matrix.releases]
     if unknown:
         raise ConfigError(f"{matrix.path}: release(s) {unknown} are not pinned under [releases]")
-    out = out or repo_root() / "results" / ("contains-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"))
-    out = out.resolve()
+    out = (out or repo_root() / "results" / f"contains-{folder_stamp(utc_now())}").resolve()
     with atomic_folder(out) as work:
         env.ensure()
-        observed = track(runner, _jobs(matrix, fixes, releases, work))
-        for o in observed:
-            o.write(work / "observations" / o.fix / o.side / f"{o.probe}.json")
+        backend = ReleaseSource(matrix.releases)
+        sources = {(fix.id, r): backend.release(r) for r in releases for fix in fixes}
+        observed = observe(fixes, sources, runner, work, reporter)
         by = {(o.fix, o.side, o.probe): o for o in observed}
         cells = [
             judge_cell(
@@ -167,7 +141,21 @@ def run_contains(
             "cells": [asdict(c) | {"agrees": c.agrees} for c in cells],
             "agrees": all(c.agrees for c in cells),
         }
-        (work / "contains.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_json(work / "contains.json", doc)
         (work / "contains.md").write_text(render_markdown(fixes, releases, cells))
-        shutil.copyfile(matrix.path, work / "matrix.toml")
+        copy_matrix(work, matrix.path)
     return fixes, releases, cells, out
+
+
+@dataclass(kw_only=True)
+class ContainsRequest(Selection):
+    """``difflab contains``: which fixes on which releases (default: every pinned release)."""
+
+    releases: list[str] | None = None
+
+
+def execute(req: ContainsRequest, reporter: Reporter) -> tuple[list[Fix], list[str], list[Cell], Path]:
+    """The release table, on the shared environment with the chosen back end."""
+    env = SharedEnvironment().ensure(progress=reporter.say)
+    runner = build_runner(req.runner, env, req.use_cache)
+    return run_contains(req.matrix, req.fixes, req.releases, req.out, runner, env, reporter)

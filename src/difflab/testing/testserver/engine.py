@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.gpu.testserver.config import TestServerConfig
-from difflab.gpu.testserver.pool import PagedKVPool
+from difflab.testing.testserver.config import TestServerConfig
+from difflab.testing.testserver.pool import PagedKVPool
 
 CODE_LIKE = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Za-z0-9]+)+$")
 PLACEHOLDER = "<placeholder>"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from difflab.gpu.metrics import render_sample
-from difflab.gpu.testserver.engine import SimEngine
-from difflab.preflight import names
+from difflab.engine import names
+from difflab.engine.metrics import render_sample
+from difflab.testing.testserver.engine import SimEngine
 
 
 def server_info(engine: SimEngine, role: str) -> dict[str, Any]:

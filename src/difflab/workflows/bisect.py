@@ -6,7 +6,7 @@ must behave differently, one like the fix's base (bug) and one like its head
 (fixed). The usual case, good = base-like and bad = head-like, finds the
 commit that brought the fix; the reverse finds the commit that lost it (a
 regression or a bad merge in a fork). Each step runs
-:mod:`difflab.source.bisect_step` in a throwaway sparse worktree of the
+:mod:`difflab.workflows.bisect_step` in a throwaway sparse worktree of the
 mirror; a commit the probes cannot place is skipped (exit 125).
 """
 
@@ -25,9 +25,9 @@ from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError, SourceError
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.runner.base import DEFAULT_TIMEOUT_S
-from difflab.source.bisect_step import behaviours, select_probes
 from difflab.source.git import GitSource
 from difflab.source.worktree import remove, scratch
+from difflab.workflows.bisect_step import behaviours, select_probes
 
 Say = Callable[[str], None]
 
@@ -106,7 +106,7 @@ def run_bisect(
         step = [
             sys.executable,
             "-m",
-            "difflab.source.bisect_step",
+            "difflab.workflows.bisect_step",
             "--matrix",
             str(matrix_path),
             "--fix",

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-from difflab.diff.verdict import FixVerdict
+from difflab.bundle import seal
+from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
-from difflab.pipeline import judge_all, write_reports
-from difflab.runfolder import atomic_folder
+from difflab.progress import Reporter
+from difflab.report import write_reports
+from difflab.report.record import RunRecord
 
 
 def collect(folders: list[Path]) -> list[Observation]:
@@ -39,7 +39,9 @@ def label(obs: Observation) -> dict[str, Any]:
     return {"label": name, **src}
 
 
-def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool) -> list[FixVerdict]:
+def merge(
+    folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool, reporter: Reporter | None = None
+) -> list[FixVerdict]:
     observations = collect(folders)
     if matrix_path is None:
         copies = sorted(p for f in folders for p in f.glob("**/matrix.toml"))
@@ -51,34 +53,16 @@ def merge(folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool
     fixes = matrix.select(ids)
     labels = {(o.fix, o.side): label(o) for o in observations}
     verdicts = judge_all(fixes, observations, labels)
-    out = out.resolve()
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    sources = {label(o)["label"]: o.source for o in observations if o.source}
-    with atomic_folder(out) as work:
+    record = RunRecord(command="merge", fixes=ids)
+    record.details = {
+        "inputs": [str(f) for f in folders],
+        "sources": {label(o)["label"]: o.source for o in observations if o.source},
+    }
+    with atomic_folder(out.resolve()) as work:
         for obs in observations:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
-        shutil.copyfile(matrix_path, work / "matrix.toml")
-        (work / "run.json").write_text(
-            json.dumps(
-                {
-                    "schema": 1,
-                    "tool": "sglang-difflab",
-                    "command": "merge",
-                    "inputs": [str(f) for f in folders],
-                    "fixes": ids,
-                    "started_at": now,
-                    "finished_at": now,
-                    "sources": sources,
-                    "exit_code": 0 if all(v.passed for v in verdicts) else 1,
-                },
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n"
-        )
+        record.write(work, 0 if all(v.passed for v in verdicts) else 1, matrix=(matrix.path, matrix.sha256))
         write_reports(work, verdicts)
         if bundle:
-            from difflab.bundle import seal
-
-            seal(work)
+            seal(work, echo=(reporter or Reporter()).say)
     return verdicts

@@ -7,7 +7,7 @@ the GPU tier's logic is proven on a CPU: every detector must fire with its bug
 switched on and stay quiet with it off.
 """
 
-from difflab.gpu.testserver.config import TestServerConfig, base_config, head_config, safe_env
-from difflab.gpu.testserver.http import TestDeployment
+from difflab.testing.testserver.config import TestServerConfig, base_config, head_config, safe_env
+from difflab.testing.testserver.http import TestDeployment
 
 __all__ = ["TestDeployment", "TestServerConfig", "base_config", "head_config", "safe_env"]

@@ -4,7 +4,7 @@ Names drift between releases (``/get_model_info`` became ``/model_info``, the KV
 checksum moved from a server flag to an environment variable), so every lookup
 here names the alternatives it tried and records which one answered: a gate or a
 scenario can then say *where* a number came from. Sources of truth are listed in
-:mod:`difflab.preflight.names`.
+:mod:`difflab.engine.names`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.gpu.client import EngineClient, EngineError
-from difflab.gpu.metrics import MetricSet
-from difflab.preflight import names
+from difflab.engine import names
+from difflab.engine.client import EngineClient, EngineError
+from difflab.engine.metrics import MetricSet
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The scenarios, the preflight and the throughput load generator speak only through
 this class, so they run unchanged against real engines (containers on a GPU host)
-and against :mod:`difflab.gpu.testserver`. Standard library only: a scenario must
+and against :mod:`difflab.testing.testserver`. Standard library only: a scenario must
 see status codes and timeouts exactly as they happened, without a retrying layer.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from difflab.engine.metrics import MetricSet, parse
 from difflab.errors import DifflabError
-from difflab.gpu.metrics import MetricSet, parse
 
 DEFAULT_TIMEOUT_S = 30.0
 

@@ -1,4 +1,4 @@
-"""``python -m difflab.gpu.testserver``: serve a simulated deployment on loopback for a while.
+"""``python -m difflab.testing.testserver``: serve a simulated deployment on loopback for a while.
 
 Prints one JSON line with the three URLs and the environment files, then serves
 until ``--seconds`` pass or it is interrupted; it always stops by itself.
@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from difflab.gpu.testserver import TestDeployment, TestServerConfig, base_config, head_config
+from difflab.testing.testserver import TestDeployment, TestServerConfig, base_config, head_config
 
 PRESETS = {"safe": TestServerConfig, "head": head_config, "base": base_config}
 

@@ -1,6 +1,6 @@
 """One ``git bisect run`` step: probe the checked-out commit and answer good (0), bad (1) or skip (125).
 
-``python -m difflab.source.bisect_step --matrix M --fix F --good-like base|head [--probe P ...]``
+``python -m difflab.workflows.bisect_step --matrix M --fix F --good-like base|head [--probe P ...]``
 runs in the bisect worktree (the current directory); its ``python/`` holds
 ``sglang``. The commit is classified by the fix's probes against the
 matrix's declared values: every probe head-like → ``head``, every probe
@@ -21,10 +21,11 @@ from pathlib import Path
 
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
+from difflab.errors import ConfigError
 from difflab.matrix import Fix, load_matrix
 from difflab.matrix.model import ProbeSpec
-from difflab.paths import probes_dir
-from difflab.runner.base import DEFAULT_TIMEOUT_S, ProbeJob
+from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner.jobs import build_jobs
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.source.base import MaterialisedSource
 
@@ -33,8 +34,6 @@ LIKE = {"present": "head", "absent": "base"}
 
 
 def select_probes(fix: Fix, names: list[str] | None) -> list[ProbeSpec]:
-    from difflab.errors import ConfigError
-
     if not fix.probes:
         raise ConfigError(f"fix {fix.id!r} declares no probes in the matrix")
     if not names:
@@ -54,20 +53,9 @@ def behaviours(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, tuple[str, BackportVerdict]]:
     """``base``, ``head`` or ``undetermined`` per named source (probed in parallel), with the comparison."""
-    jobs = [
-        ProbeJob(
-            fix_id=fix.id,
-            probe=p.name,
-            side=name,
-            source=src,
-            probe_file=probes_dir() / f"{p.name}.py",
-            timeout_s=timeout_s,
-        )
-        for name, src in sources.items()
-        for p in probes
-    ]
-    observed = SubprocessRunner(environment=env).run(jobs)
     sub = Fix(id=fix.id, pr=fix.pr, title=fix.title, base=fix.base, head=fix.head, probes=tuple(probes))
+    jobs, known = build_jobs([sub], {(fix.id, name): src for name, src in sources.items()}, None, timeout_s)
+    observed = known + SubprocessRunner(environment=env).run(jobs)
     out = {}
     for name in sources:
         verdict = judge_backport(sub, {o.probe: o for o in observed if o.side == name})
@@ -82,7 +70,7 @@ def _commit() -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m difflab.source.bisect_step")
+    parser = argparse.ArgumentParser(prog="python -m difflab.workflows.bisect_step")
     parser.add_argument("--matrix", type=Path, required=True)
     parser.add_argument("--fix", required=True)
     parser.add_argument("--good-like", choices=["base", "head"], required=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from difflab.preflight import names
+from difflab.engine import names
 
 ROLES = ("prefill", "decode")
 

@@ -8,36 +8,37 @@ judge with :func:`difflab.diff.judge_fix` and write the run folder like ``diffla
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from difflab import __version__
 from difflab.diff.verdict import FixVerdict, judge_fix
+from difflab.engine.facts import read_engine
+from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
-from difflab.gpu.expectations import PLANS, THROUGHPUT, gpu_fixes
-from difflab.gpu.facts import read_engine
 from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
-from difflab.gpu.images import SIDES, ImageMap
+from difflab.gpu.images import ImageMap
 from difflab.gpu.report import preflight_section, throughput_section
 from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailable
-from difflab.gpu.scenarios.throughput import ABResult, run_ab
+from difflab.gpu.scenarios.throughput import THROUGHPUT, ABResult, run_ab
 from difflab.gpu.stats import DEFAULT_SEED
 from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
-from difflab.gpu.testserver import base_config, head_config
 from difflab.gpu.verdicts import judge_throughput
-from difflab.matrix import Fix, load_matrix
-from difflab.observation import SCHEMA_VERSION, Observation
+from difflab.matrix import Fix, Matrix, load_matrix
+from difflab.matrix.gpu import GpuPlan, load_gpu_plans
+from difflab.observation import SIDES, Observation
 from difflab.paths import default_matrix, repo_root
 from difflab.preflight.gates import PreflightReport, evaluate
-from difflab.report import write_diff_json, write_junit, write_summary
-from difflab.runfolder import atomic_folder
+from difflab.progress import Reporter
+from difflab.report import write_reports
+from difflab.report.record import RunRecord, folder_stamp, write_json
+from difflab.testing.testserver import base_config, head_config
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
 TESTSERVER_LIMITS = Limits(
@@ -198,12 +199,35 @@ def _observation(fix: Fix, side: str, probe: str, target: Target, run: ScenarioR
     )
 
 
-def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
+def gpu_fixes(matrix: Matrix, wanted: list[str] | None, plans: dict[str, GpuPlan] | None = None) -> list[Fix]:
+    """The selected matrix fixes that have a GPU plan, with the plan's scenarios in place of the CPU probes."""
+    plans = load_gpu_plans(matrix) if plans is None else plans
+    for fix_id, plan in plans.items():
+        unknown = [p.name for p in plan.probes if p.name not in FUNCTIONAL]
+        if unknown:
+            raise ConfigError(
+                f"{matrix.path}: gpu.{fix_id!r}: no scenario {unknown} (known: {', '.join(sorted(FUNCTIONAL))})"
+            )
+    chosen = [f for f in matrix.fixes if f.id in plans]
+    if wanted:
+        tokens = {t.lstrip("#") for t in wanted}
+        chosen = [f for f in chosen if f.id in tokens or str(f.pr) in tokens]
+        if not chosen:
+            raise ConfigError(
+                f"no GPU scenario for fix(es) {', '.join(sorted(tokens))}; the GPU tier covers "
+                f"{', '.join(sorted(plans))}"
+            )
+    return [replace(f, probes=plans[f.id].probes) for f in chosen]
+
+
+def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
     """Run the tier. Raises :class:`ConfigError` on bad input; ``skipped`` without GPU prerequisites."""
-    say = say or (lambda message: print(f"· {message}", file=sys.stderr))
-    started = dt.datetime.now(dt.UTC)
+    say = (reporter or Reporter()).say
+    record = RunRecord(command="gpu", argv=req.argv)
     matrix = load_matrix(req.matrix)
-    fixes = gpu_fixes(list(matrix.fixes), req.fixes)
+    plans = load_gpu_plans(matrix)
+    fixes = gpu_fixes(matrix, req.fixes, plans)
+    record.fixes = [f.id for f in fixes]
     limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
     bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
     host = None
@@ -224,7 +248,7 @@ def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
         for target in targets[fix.id].values():
             distinct[target.key] = target
             needed.setdefault(target.key, set()).update(p.name for p in fix.probes)
-    out = (req.out or repo_root() / "results" / f"gpu-{started.strftime('%Y%m%dT%H%M%SZ')}").resolve()
+    out = (req.out or repo_root() / "results" / f"gpu-{folder_stamp(record.started)}").resolve()
     try:
         with atomic_folder(out) as work:
             runs: dict[str, dict[str, ScenarioRun]] = {}
@@ -234,14 +258,22 @@ def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
                 if report is not None:
                     reports[target.label()["label"]] = report
                     (work / "preflight").mkdir(exist_ok=True)
-                    (work / "preflight" / f"{key}.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+                    write_json(work / "preflight" / f"{key}.json", report.to_dict())
                 (work / "deployment").mkdir(exist_ok=True)
                 (work / "deployment" / f"{key}.json").write_text(
                     json.dumps(target.describe(), indent=2, default=str) + "\n"
                 )
-            verdicts, abs_ = _judge(fixes, targets, runs, work, req, say)
+            verdicts: list[FixVerdict] = []
+            abs_: dict[str, ABResult] = {}
+            for fix in fixes:
+                sides = targets[fix.id]
+                verdicts.append(judge_scenarios(fix, sides, runs, work))
+                if plans[fix.id].throughput and all(s in sides for s in SIDES) and req.rounds > 0:
+                    say(f"{fix.label}: throughput A/B, {req.rounds} interleaved round(s) per side")
+                    abs_[fix.id], verdict = throughput_ab(fix, sides, req.rounds, req.seed, work)
+                    verdicts.append(verdict)
             passed = all(v.passed for v in verdicts)
-            _write(work, req, fixes, verdicts, abs_, reports, started, 0 if passed else 1, host)
+            _write(work, req, record, fixes, verdicts, abs_, reports, 0 if passed else 1, host)
     finally:
         for target in distinct.values():
             target.close()
@@ -255,90 +287,77 @@ def run_tier(req: TierRequest, say: Any = None) -> TierOutcome:
     )
 
 
-def _judge(
-    fixes: list[Fix],
-    targets: dict[str, dict[str, Target]],
-    runs: dict[str, dict[str, ScenarioRun]],
-    work: Path,
-    req: TierRequest,
-    say: Any,
-) -> tuple[list[FixVerdict], dict[str, ABResult]]:
-    verdicts: list[FixVerdict] = []
-    abs_: dict[str, ABResult] = {}
-    for fix in fixes:
-        sides = targets[fix.id]
-        labels = {
-            s: sides[s].label() if s in sides else {"label": "unavailable", "reason": getattr(fix, s).unavailable}
-            for s in SIDES
-        }
-        obs: dict[str, dict[str, Observation]] = {s: {} for s in SIDES}
-        for side in SIDES:
-            for spec in fix.probes:
-                if side not in sides:
-                    o = Observation.unavailable(fix.id, spec.name, side, labels[side].get("reason") or "no source")
-                else:
-                    o = _observation(fix, side, spec.name, sides[side], runs[sides[side].key].get(spec.name))
-                o.write(work / "observations" / fix.id / side / f"{spec.name}.json")
-                obs[side][spec.name] = o
-        verdicts.append(judge_fix(fix, obs["base"], obs["head"], labels["base"], labels["head"]))
-        if PLANS[fix.id].throughput and all(s in sides for s in SIDES) and req.rounds > 0:
-            say(f"{fix.label}: throughput A/B, {req.rounds} interleaved round(s) per side")
-            ab = run_ab(dict(sides), req.rounds, work / "throughput" / fix.id, req.seed)
-            abs_[fix.id] = ab
-            (work / "throughput" / fix.id / "ab.json").write_text(json.dumps(ab.to_dict(), indent=2) + "\n")
-            tobs = {}
-            for side in SIDES:
-                tobs[side] = Observation(
-                    fix=fix.id,
-                    probe=THROUGHPUT,
-                    side=side,
-                    source=labels[side],
-                    status="ok" if not ab.error else "error",
-                    fields=ab.side_fields(side),
-                    error=ab.error,
-                    runner=sides[side].runner,
-                )
-                tobs[side].write(work / "observations" / fix.id / side / f"{THROUGHPUT}.json")
-            verdicts.append(judge_throughput(fix, ab, tobs["base"], tobs["head"], labels["base"], labels["head"]))
-    return verdicts, abs_
+def _labels(fix: Fix, sides: dict[str, Target]) -> dict[str, dict[str, Any]]:
+    return {
+        s: sides[s].label() if s in sides else {"label": "unavailable", "reason": getattr(fix, s).unavailable}
+        for s in SIDES
+    }
+
+
+def judge_scenarios(
+    fix: Fix, sides: dict[str, Target], runs: dict[str, dict[str, ScenarioRun]], work: Path
+) -> FixVerdict:
+    """The fix's scenarios on both sides as observations (written under observations/), judged like probes."""
+    labels = _labels(fix, sides)
+    obs: dict[str, dict[str, Observation]] = {s: {} for s in SIDES}
+    for side in SIDES:
+        for spec in fix.probes:
+            if side not in sides:
+                o = Observation.unavailable(fix.id, spec.name, side, labels[side].get("reason") or "no source")
+            else:
+                o = _observation(fix, side, spec.name, sides[side], runs[sides[side].key].get(spec.name))
+            o.write(work / "observations" / fix.id / side / f"{spec.name}.json")
+            obs[side][spec.name] = o
+    return judge_fix(fix, obs["base"], obs["head"], labels["base"], labels["head"])
+
+
+def throughput_ab(
+    fix: Fix, sides: dict[str, Target], rounds: int, seed: int, work: Path
+) -> tuple[ABResult, FixVerdict]:
+    """Benchmark base and head in interleaved rounds; the result as observations and a verdict of its own."""
+    labels = _labels(fix, sides)
+    ab = run_ab(dict(sides), rounds, work / "throughput" / fix.id, seed)
+    (work / "throughput" / fix.id / "ab.json").write_text(json.dumps(ab.to_dict(), indent=2) + "\n")
+    obs = {}
+    for side in SIDES:
+        obs[side] = Observation(
+            fix=fix.id,
+            probe=THROUGHPUT,
+            side=side,
+            source=labels[side],
+            status="ok" if not ab.error else "error",
+            fields=ab.side_fields(side),
+            error=ab.error,
+            runner=sides[side].runner,
+        )
+        obs[side].write(work / "observations" / fix.id / side / f"{THROUGHPUT}.json")
+    return ab, judge_throughput(fix, ab, obs["base"], obs["head"], labels["base"], labels["head"])
 
 
 def _write(
     work: Path,
     req: TierRequest,
+    record: RunRecord,
     fixes: list[Fix],
     verdicts: list[FixVerdict],
     abs_: dict[str, ABResult],
     reports: dict[str, PreflightReport],
-    started: dt.datetime,
     exit_code: int,
     host: HostCheck | None,
 ) -> None:
-    finished = dt.datetime.now(dt.UTC)
-    stamp = "%Y-%m-%dT%H:%M:%SZ"
-    run = {
-        "schema": SCHEMA_VERSION,
-        "tool": "sglang-difflab",
-        "tool_version": __version__,
-        "command": "gpu",
-        "mode": "testserver" if req.testserver else "docker",
-        "argv": req.argv,
-        "started_at": started.strftime(stamp),
-        "finished_at": finished.strftime(stamp),
-        "fixes": [f.id for f in fixes],
+    mode = "testserver" if req.testserver else "docker"
+    record.details = {
+        "mode": mode,
         "model": None if req.testserver else req.model,
         "rounds": req.rounds,
         "seed": req.seed,
         "images": {k: str(v) for k, v in req.images.by_key.items()},
         "host": host.to_dict() if host else None,
-        "exit_code": exit_code,
         "limits": asdict(req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())),
     }
-    (work / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
-    write_diff_json(work / "diff.json", verdicts, {"tier": "gpu", "mode": run["mode"]})
-    write_junit(work / "junit.xml", verdicts, suite_name="difflab-gpu")
+    record.write(work, exit_code)
     title = "SGLang GPU/RDMA tier" + (" (test server: pre-fix switches on base, off on head)" if req.testserver else "")
-    write_summary(work / "summary.md", verdicts, title)
+    write_reports(work, verdicts, title=title, suite="difflab-gpu", extra={"tier": "gpu", "mode": mode})
     extra: list[str] = []
     by_id = {f.id: f for f in fixes}
     for fix_id, ab in abs_.items():

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from difflab.gpu.testserver import exposition
-from difflab.gpu.testserver.config import TestServerConfig
-from difflab.gpu.testserver.engine import Event, SimEngine
+from difflab.testing.testserver import exposition
+from difflab.testing.testserver.config import TestServerConfig
+from difflab.testing.testserver.engine import Event, SimEngine
 
 LOOPBACK = "127.0.0.1"
 

@@ -1,0 +1,85 @@
+"""Arguments several commands share, declared once so they read and default the same everywhere."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from difflab.paths import default_matrix
+from difflab.runner import DEFAULT, RUNNERS
+from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.source import SOURCES
+from difflab.source.mirror import REPO_ENV
+
+
+def matrix(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
+
+
+def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (repeatable; default: all)") -> None:
+    parser.add_argument("--fix", action="append", dest="fixes", metavar="N", help=help)
+
+
+def out(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--out", type=Path, help=f"results folder (default: {default})")
+
+
+def source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source",
+        dest="source_kind",
+        choices=list(SOURCES),
+        default="release",
+        help="where base/head come from (default: release wheels)",
+    )
+    parser.add_argument("--repo", help="git repository URL or path for --source git")
+
+
+def repo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", help=f"git repository URL or path (default: ${REPO_ENV} or SGLang upstream)")
+
+
+def backend(parser: argparse.ArgumentParser, local_only: bool = False) -> None:
+    """``--backend``: every registered runner, or only those running in the local shared environment."""
+    names = [n for n, cls in RUNNERS.items() if cls.local_environment or not local_only]
+    parser.add_argument(
+        "--backend",
+        dest="runner",
+        choices=names,
+        default=DEFAULT,
+        help="how probes are executed (default: %(default)s)",
+    )
+
+
+def timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-probe timeout in seconds")
+
+
+def no_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-cache", dest="use_cache", action="store_false", help="ignore cached probe results")
+
+
+def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only: bool = False) -> None:
+    """The arguments behind :class:`~difflab.workflows.observe.Selection`: matrix, fixes, out, back end, cache."""
+    matrix(parser)
+    fixes(parser)
+    out(parser, out_default)
+    backend(parser, local_only)
+    no_cache(parser)
+
+
+def selection(args: argparse.Namespace) -> dict[str, object]:
+    """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
+    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}
+
+
+def probe_options(args: argparse.Namespace) -> dict[str, object]:
+    """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
+    options = selection(args) | {"timeout_s": args.timeout}
+    return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+
+
+def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:
+    parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a signed bundle")
+    if key:
+        parser.add_argument("--key", type=Path, help="Ed25519 private key (PEM) for signing the bundle")

@@ -1,0 +1,256 @@
+"""Warm probe server: import once, fork a fresh child per probe.
+
+``python -m difflab.probe.hub [--preload MOD,...] [--pycache DIR]``
+
+Runs inside the shared environment (standard library only, like
+:mod:`difflab.probe.child`). Importing SGLang costs seconds and ~500 MB per
+process, and ~90 % of that is its third-party dependencies (torch,
+transformers, ...), which are the same for every SGLang version. So the
+process tree is::
+
+    hub           (stdin/stdout: JSON lines to the lab) stubs + third-party modules
+     └ server     one per SGLang source, forked from the hub: imports that source's SGLang
+        └ probe   one per probe, forked from its server: runs observe(kit), writes JSON, _exit
+
+Fork gives every probe a private copy of the imported state, so a probe's
+monkeypatching never reaches the next one. Forking is only safe while the
+forking process has a single thread, so hub and server never start one and
+check before every fork; a server that finds threads says so (``unsafe``)
+and the lab runs those probes in fresh processes instead.
+
+Lab → hub, one JSON object per line:
+
+- ``{"op": "open", "server": S, "root": DIR, "preload": [...], "log": FILE, "timeout_s": T}``
+- ``{"op": "run", "server": S, "job": N, "probe": FILE, "out": FILE, "log": FILE, "timeout_s": T}``
+- ``{"op": "close", "server": S}``; end of input stops everything.
+
+Hub → lab: ``hub-ready``, ``ready`` / ``server-failed`` (per server),
+``started`` and ``done`` (per job: exit code, signal, ``timed_out``,
+``unsafe``), ``closed``. The probe's stdout and stderr go to its log file,
+after a copy of what its server printed while importing (so a warm log reads
+like a fresh process's log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.probe import process, stubs
+from difflab.probe.source_server import SERVER_PRELOAD, SourceServer
+
+HUB_PRELOAD = ("torch", "numpy", "transformers", "openai", "compressed_tensors", "aiohttp", "fastapi")
+"""Third-party packages SGLang imports first thing; ~90 % of its import time, identical for all versions."""
+
+
+@dataclass
+class Handle:
+    """The hub's view of one forked server."""
+
+    name: str
+    pid: int
+    to_server: int
+    lines: process.Lines
+    deadline: float | None
+    log: str
+    probes: set[int] = field(default_factory=set)
+    closing: bool = False
+
+
+@dataclass
+class Hub:
+    """Reads lab requests, forks one server per source, relays every event back."""
+
+    out: int
+    pycache: str | None = None
+    servers: dict[str, Handle] = field(default_factory=dict)
+
+    def serve(self) -> None:
+        watch = process.ChildWatch()
+        inbox = process.Lines(0)
+        while True:
+            fds = [inbox.fd, watch.rfd] + [h.lines.fd for h in self.servers.values() if not h.lines.eof]
+            deadlines = [h.deadline for h in self.servers.values() if h.deadline is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            readable, _, _ = select.select(fds, [], [], timeout)
+            if watch.rfd in readable:
+                watch.drain()
+            for handle in list(self.servers.values()):
+                if handle.lines.fd in readable:
+                    for msg in handle.lines.read():
+                        self.relay(handle, msg)
+            if inbox.fd in readable:
+                for msg in inbox.read():
+                    self.request(msg, watch)
+            for pid, status in process.exited():
+                self.server_ended(pid, status)
+            now = time.monotonic()
+            for handle in list(self.servers.values()):
+                if handle.deadline is not None and now >= handle.deadline:
+                    handle.deadline = None
+                    process.kill_group(handle.pid)
+                    self.fail(handle, "server did not finish importing in time; killed")
+            if inbox.eof:
+                for handle in self.servers.values():
+                    self.kill_server(handle)
+                os._exit(0)
+
+    def request(self, msg: dict[str, Any], watch: process.ChildWatch) -> None:
+        op, name = msg.get("op"), msg.get("server", "")
+        if op == "open":
+            self.open(name, msg, watch)
+            return
+        handle = self.servers.get(name)
+        if handle is None:
+            if op == "run":
+                process.write_line(
+                    self.out,
+                    {
+                        "event": "done",
+                        "server": name,
+                        "job": msg.get("job"),
+                        "unsafe": f"no server {name!r} (failed or closed)",
+                    },
+                )
+            return
+        if op == "close":
+            handle.closing = True
+        with contextlib.suppress(OSError):  # it died; server_ended reports that
+            process.write_line(handle.to_server, msg)
+
+    def open(self, name: str, msg: dict[str, Any], watch: process.ChildWatch) -> None:
+        threads = process.thread_count()
+        if threads > 1:
+            process.write_line(
+                self.out,
+                {
+                    "event": "server-failed",
+                    "server": name,
+                    "unsafe": True,
+                    "log": "",
+                    "reason": f"hub has {threads} threads; forking it is not safe",
+                },
+            )
+            return
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        pid = process.fork_child()
+        if pid == 0:
+            try:
+                os.setpgid(0, 0)
+                inherited = [self.out, watch.rfd, watch.wfd, to_w, from_r]
+                for h in self.servers.values():
+                    inherited += [h.to_server, h.lines.fd]
+                watch.close()
+                for fd in inherited:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                SourceServer(
+                    name=name,
+                    root=msg["root"],
+                    modules=list(msg.get("preload", SERVER_PRELOAD)),
+                    log=msg["log"],
+                    inbox=to_r,
+                    outbox=from_w,
+                    pycache=self.pycache,
+                ).serve()
+            except BaseException:  # noqa: B036
+                traceback.print_exc()
+            finally:
+                os._exit(process.EXIT_CRASH)
+        os.close(to_r)
+        os.close(from_w)
+        timeout = float(msg.get("timeout_s") or 600.0)
+        self.servers[name] = Handle(name, pid, to_w, process.Lines(from_r), time.monotonic() + timeout, msg["log"])
+
+    def relay(self, handle: Handle, msg: dict[str, Any]) -> None:
+        event = msg.get("event")
+        if event == "ready":
+            handle.deadline = None
+        elif event == "started":
+            handle.probes.add(int(msg["pid"]))
+        elif event == "done" and msg.get("pid"):
+            handle.probes.discard(int(msg["pid"]))
+        process.write_line(self.out, msg)
+
+    def server_ended(self, pid: int, status: int) -> None:
+        handle = next((h for h in self.servers.values() if h.pid == pid), None)
+        if handle is None:
+            return
+        for msg in handle.lines.read():  # anything it said before it went
+            self.relay(handle, msg)
+        for probe in handle.probes:
+            process.kill_group(probe)
+        self.close_handle(handle)
+        if not handle.closing:
+            code = os.waitstatus_to_exitcode(status)
+            self.fail(handle, f"server exited ({'signal ' + str(-code) if code < 0 else 'exit ' + str(code)})")
+
+    def fail(self, handle: Handle, reason: str) -> None:
+        log = ""
+        with contextlib.suppress(OSError):
+            log = "\n".join(Path(handle.log).read_text(errors="replace").strip().splitlines()[-30:])
+        process.write_line(self.out, {"event": "server-failed", "server": handle.name, "reason": reason, "log": log})
+        self.close_handle(handle)
+
+    def kill_server(self, handle: Handle) -> None:
+        for probe in handle.probes:
+            process.kill_group(probe)
+        process.kill_group(handle.pid)
+
+    def close_handle(self, handle: Handle) -> None:
+        if self.servers.pop(handle.name, None) is None:
+            return
+        for fd in (handle.to_server, handle.lines.fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m difflab.probe.hub")
+    parser.add_argument("--preload", default=",".join(HUB_PRELOAD), help="comma-separated modules for the hub")
+    parser.add_argument("--preload-file", default="", help="more hub modules, one a line (learned from servers)")
+    parser.add_argument("--pycache", default="", help="bytecode cache folder for the sources (sys.pycache_prefix)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    # Ctrl-C reaches the lab and the hub alike; the lab then ends the hub by closing its input.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The protocol gets its own descriptor; anything an import prints to stdout lands in the log.
+    out = os.dup(1)
+    os.dup2(2, 1)
+    stubs.install()
+    modules = [m for m in args.preload.split(",") if m]
+    if args.preload_file:
+        with contextlib.suppress(OSError):
+            modules += Path(args.preload_file).read_text().split()
+    done, failed = process.preload(list(dict.fromkeys(modules)))
+    threads = process.thread_count()
+    process.write_line(
+        out,
+        {
+            "event": "hub-ready",
+            "pid": os.getpid(),
+            "preloaded": len(done),
+            "failed": failed,
+            "threads": threads,
+            "import_s": round(time.perf_counter() - started, 3),
+            "import_cpu_s": round(time.process_time(), 3),
+        },
+    )
+    if threads > 1:
+        print(f"hub has {threads} threads after its imports; servers would fork unsafely", file=sys.stderr)
+    Hub(out=out, pycache=args.pycache or None).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

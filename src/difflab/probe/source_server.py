@@ -1,0 +1,210 @@
+"""One SGLang source, imported once, forking a fresh probe process per request (warm back end).
+
+Forked from the hub (:mod:`difflab.probe.hub`) with its inbox and outbox pipes; imports the
+source's SGLang (``SERVER_PRELOAD``), reports ``ready``, then forks one probe process per
+``run`` request, kills it at its deadline and reports ``started`` and ``done``. Standard
+library only, like the rest of :mod:`difflab.probe`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.probe import stubs
+from difflab.probe.child import run_probe, write_atomic
+from difflab.probe.process import (
+    EXIT_CRASH,
+    ChildWatch,
+    Lines,
+    exited,
+    fork_child,
+    kill_group,
+    preload,
+    redirect_output,
+    thread_count,
+    write_line,
+)
+
+SERVER_PRELOAD = (
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.disaggregation.prefill",
+    "sglang.srt.disaggregation.decode",
+    "sglang.srt.disaggregation.utils",
+    "sglang.srt.disaggregation.mooncake.conn",
+)
+"""What a per-source server imports by default: the modules every probe drives."""
+
+
+def probe_main(req: dict[str, Any], import_log: str | None, close_fds: list[int]) -> None:
+    """In the forked probe process: never returns."""
+    code = EXIT_CRASH
+    try:
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
+        for fd in close_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        redirect_output(req["log"])
+        if import_log:
+            with contextlib.suppress(OSError):
+                os.write(1, Path(import_log).read_bytes())
+        os.chdir(Path(req["out"]).parent)
+        result = run_probe(Path(req["probe"]))
+        write_atomic(Path(req["out"]), result)
+        code = 0
+    except BaseException:  # noqa: B036 - report anything, then leave
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+@dataclass
+class Running:
+    """One probe process of a server."""
+
+    job: Any
+    pid: int
+    deadline: float
+    started: float
+    timed_out: bool = False
+
+
+@dataclass
+class SourceServer:
+    """Holds one SGLang source imported; forks a probe process per ``run`` request."""
+
+    name: str
+    root: str
+    modules: list[str]
+    log: str
+    inbox: int
+    outbox: int
+    pycache: str | None = None
+    running: dict[int, Running] = field(default_factory=dict)
+
+    def serve(self) -> None:
+        redirect_output(self.log)
+        started, cpu = time.perf_counter(), time.process_time()
+        sys.path.insert(1, self.root)
+        child_path = os.environ.get("PYTHONPATH", "")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (self.root, child_path) if p)
+        if self.pycache:
+            # Bytecode of the materialised source, kept outside it: it stays pristine, and a
+            # mutated copy (another path) never reads the original's bytecode.
+            sys.pycache_prefix = self.pycache
+            sys.dont_write_bytecode = False
+        before = set(sys.modules)
+        done, failed = preload(self.modules)
+        imported = [
+            name for name, module in list(sys.modules.items()) if name not in before and not self.own(name, module)
+        ]
+        watch = ChildWatch()
+        threads = thread_count()
+        write_line(
+            self.outbox,
+            {
+                "event": "ready",
+                "server": self.name,
+                "pid": os.getpid(),
+                "preloaded": done,
+                "failed": failed,
+                "threads": threads,
+                "import_s": round(time.perf_counter() - started, 3),
+                "import_cpu_s": round(time.process_time() - cpu, 3),
+                "imported": imported,
+            },
+        )
+        inbox = Lines(self.inbox)
+        while True:
+            deadlines = [r.deadline for r in self.running.values() if not r.timed_out]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            readable, _, _ = select.select([inbox.fd, watch.rfd], [], [], timeout)
+            if watch.rfd in readable:
+                watch.drain()
+            for pid, status in exited(before_reap=self.end_group):
+                self.finished(pid, status)
+            for msg in inbox.read() if inbox.fd in readable else []:
+                if msg.get("op") == "run":
+                    self.start(msg, watch)
+                elif msg.get("op") == "close":
+                    inbox.eof = True
+            now = time.monotonic()
+            for r in self.running.values():
+                if not r.timed_out and now >= r.deadline:
+                    r.timed_out = True
+                    kill_group(r.pid)
+            if inbox.eof:
+                for r in self.running.values():
+                    kill_group(r.pid)
+                write_line(self.outbox, {"event": "closed", "server": self.name})
+                os._exit(0)
+
+    def own(self, name: str, module: Any) -> bool:
+        """A module of this source (or the lab's): not for the hub to preload for every source."""
+        if name.split(".", 1)[0] in ("sglang", "difflab", "__main__", *stubs.STUBBED):
+            return True
+        path = getattr(module, "__file__", None) or ""
+        return path.startswith(self.root)
+
+    def end_group(self, pid: int) -> None:
+        """Anything a finished probe left running in its process group goes with it."""
+        if pid in self.running:
+            kill_group(pid)
+
+    def start(self, req: dict[str, Any], watch: ChildWatch) -> None:
+        threads = thread_count()
+        if threads > 1:
+            write_line(
+                self.outbox,
+                {
+                    "event": "done",
+                    "server": self.name,
+                    "job": req["job"],
+                    "pid": None,
+                    "unsafe": f"server has {threads} threads; forking it is not safe",
+                },
+            )
+            return
+        pid = fork_child()
+        if pid == 0:
+            probe_main(req, self.log, [self.inbox, self.outbox, watch.rfd, watch.wfd])
+        with contextlib.suppress(OSError):  # the child does it too; whoever runs first wins the race
+            os.setpgid(pid, pid)
+        now = time.monotonic()
+        self.running[pid] = Running(req["job"], pid, now + float(req.get("timeout_s") or 180.0), now)
+        write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})
+
+    def finished(self, pid: int, status: int) -> None:
+        run = self.running.pop(pid, None)
+        if run is None:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        write_line(
+            self.outbox,
+            {
+                "event": "done",
+                "server": self.name,
+                "job": run.job,
+                "pid": pid,
+                "exit": code if code >= 0 else None,
+                "signal": -code if code < 0 else None,
+                "timed_out": run.timed_out,
+                "wall_s": round(time.monotonic() - run.started, 4),
+            },
+        )

@@ -1,0 +1,60 @@
+"""The step every probing workflow shares: run the jobs, write each observation into the run folder.
+
+``observations/<fix>/<side>/<probe>.json`` with the probe's log beside it, whatever the side
+is called (base/head, a release, ``fork``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from difflab.matrix import Fix
+from difflab.observation import Observation
+from difflab.paths import default_matrix
+from difflab.progress import Reporter
+from difflab.runner import DEFAULT, Runner
+from difflab.runner.base import DEFAULT_TIMEOUT_S
+from difflab.runner.jobs import Sources, build_jobs, observation_logs
+
+
+@dataclass(kw_only=True)
+class Selection:
+    """What every probing workflow takes: which fixes of which matrix, where to, on which back end."""
+
+    matrix: Path = field(default_factory=default_matrix)
+    fixes: list[str] | None = None
+    out: Path | None = None
+    runner: str = DEFAULT
+    use_cache: bool = True
+
+
+@dataclass(kw_only=True)
+class ProbeOptions(Selection):
+    """What the workflows that write a sealed run folder take besides (``run``, ``observe``, ``backport``)."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    bundle: bool = True
+    key: Path | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    """Recorded in run.json (and replayed by ``reproduce``)."""
+
+
+def observe(
+    fixes: list[Fix],
+    sources: Sources,
+    runner: Runner,
+    work: Path,
+    reporter: Reporter,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[Observation]:
+    """Every probe of every fix on every side in ``sources``; what could not run is an observation too."""
+    jobs, known = build_jobs(fixes, sources, observation_logs(work), timeout_s)
+    for obs in known:
+        if obs.status == "error":
+            reporter.say(f"{obs.fix} {obs.side} {obs.probe}: {obs.error}")
+    observed = known + reporter.track(runner, jobs)
+    for obs in observed:
+        obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
+    return observed

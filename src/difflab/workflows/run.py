@@ -1,0 +1,112 @@
+"""``difflab run`` / ``difflab observe``: matrix → sources → environment → probes → diff → reports → bundle.
+
+The folder is written under a temporary sibling and renamed into place only
+when the run completes, so a crashed or interrupted run never replaces a
+good result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difflab.bundle import seal
+from difflab.diff.verdict import FixVerdict, judge_all
+from difflab.environment.shared import SharedEnvironment
+from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder
+from difflab.matrix import load_matrix
+from difflab.observation import SIDES
+from difflab.paths import repo_root
+from difflab.progress import Reporter
+from difflab.report import write_reports
+from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.runner import Runner, build_runner, runner_class
+from difflab.source import MaterialisedSource, source_class
+from difflab.source.sides import materialise_sides, source_label
+from difflab.upstream_tests import replay_run
+from difflab.workflows.observe import ProbeOptions, observe
+from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
+
+
+@dataclass(kw_only=True)
+class RunRequest(ProbeOptions):
+    """Everything that determines a run (recorded in run.json, replayed by ``reproduce``)."""
+
+    source_kind: str = "release"
+    repo: str | None = None
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    sides: tuple[str, ...] = SIDES
+    """Both sides give verdicts; one side (``difflab observe``) only records observations."""
+    selfcheck: bool = False
+
+    @property
+    def both_sides(self) -> bool:
+        return tuple(self.sides) == SIDES
+
+
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    exit_code: int
+    verdicts: list[FixVerdict]
+
+
+def default_out() -> Path:
+    return repo_root() / "results" / folder_stamp(utc_now())
+
+
+def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
+    say = reporter.say if reporter else None
+    return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
+
+
+def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
+    """Run the matrix and write the run folder. Raises :class:`DifflabError` on bad input."""
+    reporter = reporter or Reporter()
+    record = RunRecord(command="run" if req.both_sides else "observe", argv=req.argv)
+    if not req.sides or not set(req.sides) <= set(SIDES):
+        raise ConfigError(f"--side must be base or head, got {req.sides}")
+    matrix = load_matrix(req.matrix)
+    fixes = matrix.select(req.fixes)
+    record.fixes = [f.id for f in fixes]
+    local = runner_class(req.runner).local_environment
+    out = (req.out or default_out()).resolve()
+    with atomic_folder(out) as work:
+        backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
+        sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
+        env = SharedEnvironment()
+        if local:
+            env.ensure(progress=reporter.say)
+        runner = make_runner(req, env, reporter)
+        observed = observe(fixes, sources, runner, work, reporter, req.timeout_s)
+        verdicts: list[FixVerdict] = []
+        if req.both_sides:
+            verdicts = judge_all(fixes, observed, {k: source_label(v) for k, v in sources.items()})
+            exit_code = 0 if all(v.passed for v in verdicts) else 1
+        else:  # one side of a CI fan-out: verdicts come from `difflab merge`
+            exit_code = 0 if all(o.status != "error" for o in observed) else 1
+        if req.selfcheck:
+            heads = {fid: s for (fid, side), s in sources.items() if side == "head" and not isinstance(s, str)}
+            checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
+            coverage = hunk_coverage(fixes, heads, checks)
+            write_selfcheck(work, checks, coverage)
+            if not selfcheck_passed(checks, coverage):
+                exit_code = 1
+        record.details = {
+            "sides": list(req.sides),
+            "source_kind": req.source_kind,
+            "repo": req.repo,
+            "runner": runner.describe(),
+            "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
+            "environment_digest": env.digest,
+        }
+        record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
+        if verdicts:
+            write_reports(work, verdicts)
+        if req.source_kind == "git" and req.both_sides and local:
+            replay_run(work, fixes, sources, env, reporter.say)
+        if req.bundle:
+            seal(work, key=req.key, echo=reporter.say)
+    return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
