@@ -66,16 +66,22 @@ def _where(rel: str) -> str:
     return f"fix {fix} {side} {name[: -len('.json')]}"
 
 
-def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any]) -> Iterator[Difference]:
+def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any], notes: list[str]) -> Iterator[Difference]:
+    """Every recorded field must come out the same; a field only the re-run observes is a note.
+
+    Probe code may observe more than it did when the bundle was made (a new
+    scenario); what the recording holds is still checked field by field.
+    """
     for attribute in COMPARED_ATTRIBUTES:
         if old.get(attribute) != new.get(attribute):
             yield Difference(f"{_where(rel)} {attribute}", old.get(attribute), new.get(attribute))
     old_fields, new_fields = old.get("fields") or {}, new.get("fields") or {}
-    for name in sorted(set(old_fields) | set(new_fields)):
-        if old_fields.get(name, _MISSING) != new_fields.get(name, _MISSING):
-            yield Difference(
-                f"{_where(rel)} field {name}", old_fields.get(name, "(absent)"), new_fields.get(name, "(absent)")
-            )
+    for name in sorted(old_fields):
+        if old_fields[name] != new_fields.get(name, _MISSING):
+            yield Difference(f"{_where(rel)} field {name}", old_fields[name], new_fields.get(name, "(absent)"))
+    added = sorted(set(new_fields) - set(old_fields))
+    if added:
+        notes.append(f"{_where(rel)}: the re-run also observed {len(added)} field(s) not recorded: {', '.join(added)}")
 
 
 _MISSING = object()
@@ -96,7 +102,7 @@ def compare_runs(recorded: Path, rerun: Path) -> ReproduceReport:
             presence = ("present" if old else "(absent)", "present" if new else "(absent)")
             report.differences.append(Difference(f"{_where(rel)} observation", *presence))
             continue
-        report.differences.extend(_compare_observation(rel, old, new))
+        report.differences.extend(_compare_observation(rel, old, new, report.notes))
     report.notes.extend(_environment_notes(recorded, rerun))
     return report
 

@@ -49,7 +49,7 @@ def _plan(w: _Where, fix_id: str, raw: Any, known: set[str]) -> GpuPlan:
     probes_raw = table.get("probes")
     if not isinstance(probes_raw, list) or not probes_raw:
         raise w.fail(f"{where}.probes", f'expected at least one [[gpu."{fix_id}".probes]] table')
-    probes = tuple(_probe(w, f"{where}.probes[{i}]", p) for i, p in enumerate(probes_raw))
+    probes = tuple(_probe(w, f"{where}.probes[{i}]", p, channels_required=False) for i, p in enumerate(probes_raw))
     throughput = table.get("throughput", False)
     if not isinstance(throughput, bool):
         raise w.fail(f"{where}.throughput", "expected true or false")

@@ -15,7 +15,8 @@ from typing import Any
 from difflab.errors import ConfigError
 from difflab.matrix.model import CommitPin, Fix, Hunk, Matrix, Mutation, ProbeSpec, ReleasePin, SidePin
 
-SCHEMA = 1
+SCHEMA = 2
+SCHEMAS = (1, 2)  # 1: before hunks and measurement channels; still read, so old bundles reproduce
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _GIT_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 _PROBE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,8 +40,9 @@ _HUNK_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 class _Where:
     """Builds error messages that point at the offending spot."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, schema: int = SCHEMA) -> None:
         self.path = path
+        self.schema = schema
 
     def fail(self, where: str, message: str) -> ConfigError:
         return ConfigError(f"{self.path}: {where}: {message}")
@@ -93,7 +95,9 @@ def _side(w: _Where, where: str, raw: Any, releases: dict[str, ReleasePin]) -> S
     return SidePin(**{key: value})
 
 
-def _probe(w: _Where, where: str, raw: Any) -> ProbeSpec:
+def _probe(w: _Where, where: str, raw: Any, *, channels_required: bool = True) -> ProbeSpec:
+    """One probe's expectations. CPU probes need a control per measurement channel; live GPU
+    scenarios (``[gpu.*]``) measure a deployment, where each scenario states its own control."""
     table = _table(w, where, raw)
     unknown = set(table) - {"name", "expect", "controls", "channels"}
     if unknown:
@@ -116,7 +120,11 @@ def _probe(w: _Where, where: str, raw: Any) -> ProbeSpec:
     overlap = set(expect) & set(controls)
     if overlap:
         raise w.fail(where, f"field(s) {sorted(overlap)} are both expected to change and controls")
-    channels = _channels(w, f"{where}.channels", table.get("channels", {}), expect, controls)
+    channels = (
+        _channels(w, f"{where}.channels", table.get("channels", {}), expect, controls)
+        if channels_required and w.schema >= 2
+        else {}
+    )
     return ProbeSpec(name=name, expect=expect, controls=controls, channels=channels)
 
 
@@ -315,8 +323,10 @@ def load_matrix(path: Path | str) -> Matrix:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    if raw.get("schema") != SCHEMA:
-        raise w.fail("schema", f"expected schema = {SCHEMA}, got {raw.get('schema')!r}")
+    schema = raw.get("schema")
+    if schema not in SCHEMAS or isinstance(schema, bool):
+        raise w.fail("schema", f"expected schema = {SCHEMA} (or 1 for an older matrix), got {schema!r}")
+    w.schema = schema
     unknown = set(raw) - {"schema", "releases", "fixes", "gpu"}  # gpu: difflab.matrix.gpu
     if unknown:
         raise w.fail("top level", f"unknown field(s) {sorted(unknown)}")
