@@ -1,38 +1,82 @@
 """#36988: an aborted request's prefill result must retire it, not hand its KV to decode.
 
-Scenario: a request is aborted while its prefill runs (``to_finish`` =
-``FINISH_ABORT``, as ``Scheduler.abort_request`` does for a running request);
-it holds a KV row, a metadata slot and a real ``FakeKVSender``. Its final
-prefill result goes through the real
+A request aborted while its prefill runs (``to_finish`` = ``FINISH_ABORT``, as
+``Scheduler.abort_request`` does for a running request) still gets its
+prefill results. Each result goes through the real
 ``SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill``
-on a bare real ``Scheduler`` (hierarchical-cache storage on, so 0.5.20 also
-tells the cache). The base appends the token, inserts the KV into the radix
-tree, queues the request for transfer and sends its last chunk; the head
-retires it once: KV released without insert, sender aborted, metadata slot
-freed, cache told, the abort streamed.
+on a bare real ``Scheduler``; the request holds a KV row, a metadata slot and
+a real ``FakeKVSender``. The base treats an aborted result as a normal one
+(token appended, KV inserted into the radix tree, request queued for
+transfer, last chunk sent; a middle chunk only forgets its pending send, or
+is re-queued when bootstrap is still pending). The head retires the request
+exactly once, on every path, when its last in-flight result is back: KV
+released without insert, sender aborted (best effort), metadata slot freed,
+cache told, the abort streamed to the client once.
 
-Scenarios and observations:
-- ``aborted``: final result of the aborted request. ``release_kv_cache``,
+Scenarios (one fresh scheduler each) and what they observe:
+- ``aborted``: the final result of an aborted request. ``release_kv_cache``,
   ``release_without_insert``, ``radix_insert``, ``send_kv_chunk``,
-  ``metadata_freed``, ``cache_aborts``, ``sender_abort``, ``streamed`` (what
-  the client received: one HTTP status per response, ``[]`` for silence),
-  ``inflight`` (in ``disagg_prefill_inflight_queue``),
-  ``output_tokens``.
-- ``delayed``: a second result for the same request after the first one
-  (counts taken during the second call only): ``reenqueued``,
-  ``send_kv_chunk``, ``release_kv_cache``, ``streamed``.
+  ``metadata_freed``, ``cache_aborts``, ``sender_abort``, ``retired``
+  (``finished()``), ``streamed`` (what the client received: one HTTP status
+  per response, ``[]`` for silence), ``inflight`` (in
+  ``disagg_prefill_inflight_queue``), ``output_tokens``.
+- ``final_pending``: the same while bootstrap is still pending (optimistic
+  prefill): the head retires it before the force-retry hook; the base queues it.
+- ``delayed``: a second result for the same request after the first
+  (deltas of the second call): ``reenqueued``, ``send_kv_chunk`` and
+  ``ignored`` (the second result changed nothing the probe can see: no send,
+  release, sender abort, stream, queueing, cache or slot effect). The base
+  re-enqueues and re-sends; the head's retirement is idempotent.
+- ``grammar``: a live request whose grammar rejects the sampled token
+  (``accept_token`` raises ``ValueError``; the release turns it into a 500).
+  The base checked the grammar after caching, queueing and sending, so the
+  rejected request's KV went to decode; the head checks first and retires it.
+- ``mid_last``: the result of an aborted request's last in-flight middle
+  chunk (no next chunk launched): the base only forgets the pending chunk
+  send and leaks everything else; the head retires it.
+- ``mid_still``: an aborted middle chunk whose final chunk is still in
+  flight: the head waits (``pending_chunk_cleared`` false: the final chunk's
+  send is still owed) and retires on the final result (``final_retired``).
+- ``mid_pending``: an aborted middle chunk while bootstrap is pending: the
+  base re-queues it (``requeued``: waiting queue or bootstrap queue, with a
+  radix insert), the head retires it (abort is terminal). Both sides free
+  its KV row once (with insert on the base, without on the head); a port
+  that checks the abort first but does not retire frees nothing, so the
+  retirement fields read base-like there while ``requeued`` reads head-like.
+- ``sender_fails``: the final result of an aborted request whose
+  ``sender.abort()`` raises (the transport is gone): the head still releases
+  locally and streams the abort. The raise is a declared intended failure;
+  the head's ``Failed to notify KV sender of abort`` log is expected.
+  ``escaped`` (diagnostic, not in the matrix) says the transport's exception
+  left the result loop -- a scheduler crash.
 
-Control, equal on base and head: ``normal``, the final result of a request
-that was not aborted, is cached, queued and sent once, nothing released.
+Controls, equal on base and head: ``normal`` (a live request's final result
+is cached, queued and sent once, nothing released or streamed);
+``duplicate`` (a live request's result delivered twice: the second is not
+ignored, so ``ignored`` can read false); ``yielded`` (a live middle chunk
+with bootstrap pending is re-queued on both sides); per scenario, the
+effects both sides share (``mid_last`` sends nothing and forgets its pending
+chunk, ``mid_still`` releases nothing before its final result, ``grammar``
+keeps its token and its 500).
+
+Forced switch: ``Scheduler.enable_hicache_storage``. On 0.5.20 the retirement
+tells the tree cache (``tree_cache.finish(ABORT)``) only with hierarchical
+cache storage on; from 0.5.21 it always does. The scenarios run with storage
+on, so ``cache_aborts`` observes that effect on 0.5.20 as well; the build's
+own default (off unless ``--hicache-storage-backend`` is given) is reported
+beside the verdict. Under that default 0.5.20 leaves ``cache_aborts`` at 0
+while every other field reads as here.
 
 Fakes: the KV release and radix-insert functions and the tree cache (GPU
-memory), ``send_kv_chunk`` (the transfer), the batch-result processor and
-metrics reporter (GPU tensors), the output streamer (ZMQ).
+memory), ``send_kv_chunk`` (the transfer), the grammar backend, the
+batch-result processor and metrics reporter (GPU tensors), the output
+streamer (ZMQ), the bootstrap queue (a list).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -51,6 +95,7 @@ from harness.requests import (
 from harness.runtime import bare, cache_aborts, ensure_runtime, fake_tree_cache, swapped
 
 PROMPT = 16
+CHUNK = 8  # a middle chunk covers prompt tokens [0, CHUNK)
 
 
 # ---------------------------------------------------------------------------
@@ -60,6 +105,8 @@ PROMPT = 16
 #   release_kv_cache(req, cache, is_insert=True) (<= 0.5.21) became
 #       release_kv_cache(req, cache, *, checkpoint) (0.5.22): read the flag by binding
 #       the call to the real signature
+#   the optimistic re-queue asks the tree cache supports_mamba() (0.5.21 only; the
+#       fake answers it on every release, a strict fake forbids missing names only)
 # ---------------------------------------------------------------------------
 def _radix_insert_name(prefill: Any) -> str:
     return "checkpoint_kv_cache" if hasattr(prefill, "checkpoint_kv_cache") else "maybe_cache_unfinished_req"
@@ -99,7 +146,10 @@ class _Prefill:
         self.send = kit.recorder("send_kv_chunk")
         self.sender_abort: dict[str, Recorder] = {}
         output_streamer, self.sent = fake_output_streamer(kit)
-        self.tree_cache, self.cache_abort = fake_tree_cache(kit)
+        self.tree_cache, self.cache_abort = fake_tree_cache(
+            kit, supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False)
+        )
+        self.bootstrap_queue: list[Any] = []
         self.scheduler = bare(
             kit,
             Scheduler,
@@ -113,26 +163,39 @@ class _Prefill:
             tree_cache=self.tree_cache,
             disagg_prefill_inflight_queue=[],
             disagg_prefill_pending_chunk_rids=set(),
+            disagg_prefill_bootstrap_queue=kit.fake("disagg_prefill_bootstrap_queue", queue=self.bootstrap_queue),
+            waiting_queue=[],
             send_kv_chunk=self.send,
             output_streamer=output_streamer,
-            metrics_reporter=kit.fake("metrics_reporter", report_prefill_stats=kit.recorder("report")),
+            metrics_reporter=kit.fake(
+                "metrics_reporter", report_prefill_stats=kit.recorder("report"), enable_metrics=False
+            ),
             return_health_check_ipcs=deque(),  # real maybe_send_health_check_signal: none pending
             req_to_metadata_buffer_idx_allocator=self.slots,
-            enable_hicache_storage=True,
-            enable_overlap=False,
             chunked_req=None,
+            forced={"enable_hicache_storage": True},
         )
 
-    def prefilled(self, rid: str) -> Any:
-        """A bootstrapped request whose prefill ran: KV row, metadata slot, a real fake-backend sender."""
+    def prefilled(self, rid: str, tokens: int = PROMPT) -> Any:
+        """A bootstrapped request whose prefill ran ``tokens`` tokens: KV row, metadata slot, a real sender."""
         req = new_req(rid, prompt_len=PROMPT)
-        hold_kv(req, PROMPT)
+        hold_kv(req, tokens)
         req.metadata_buffer_index = self.slots.alloc()
         req.disagg_kv_sender = fake_kv_sender(self.kit.fake("kv_manager"), req)
         self.sender_abort[req.rid] = self.kit.recorder("sender.abort", side_effect=req.disagg_kv_sender.abort)
         req.disagg_kv_sender.abort = self.sender_abort[req.rid]
         req.pending_bootstrap = False
         set_scheduled_extent(req, 0, PROMPT)
+        return req
+
+    def middle_chunk(self, rid: str, *, start: int, end: int, pending_bootstrap: bool = False) -> Any:
+        """A chunked request with one middle chunk in flight that prefills prompt tokens ``[start, end)``."""
+        req = self.prefilled(rid, tokens=end)
+        set_scheduled_extent(req, start, end)
+        req.inflight_middle_chunks = 1
+        req.pending_bootstrap = pending_bootstrap
+        if not pending_bootstrap:
+            self.scheduler.disagg_prefill_pending_chunk_rids.add(req.rid)  # its chunk's KV send is owed
         return req
 
     def result(self, req: Any) -> None:
@@ -158,9 +221,21 @@ class _Prefill:
             "sender_abort": self.sender_abort[req.rid].count,
             "streamed": list(self.sent.get(req.rid, [])),
             "inflight": self.scheduler.disagg_prefill_inflight_queue.count(req),
+            "requeued": req in self.scheduler.waiting_queue or req in self.bootstrap_queue,
+            "pending_chunk": req.rid in self.scheduler.disagg_prefill_pending_chunk_rids,
             "output_tokens": len(req.output_ids),
             "retired": req.finished(),
         }
+
+    def seen(self, req: Any, *names: str) -> dict[str, Any]:
+        """The named effects so far, ``inflight`` as a yes/no."""
+        counts = self.counts(req)
+        counts["inflight"] = counts["inflight"] > 0
+        return {name: counts[name] for name in names}
+
+
+RETIREMENT = ("release_kv_cache", "release_without_insert", "metadata_freed", "cache_aborts", "sender_abort")
+OUTCOME = ("retired", "streamed", "inflight", "send_kv_chunk", "radix_insert")
 
 
 def _scenario(kit: Kit, name: str, body: Callable[[_Prefill], dict[str, Any]]) -> dict[str, Any]:
@@ -169,44 +244,126 @@ def _scenario(kit: Kit, name: str, body: Callable[[_Prefill], dict[str, Any]]) -
     return {f"{name}.{key}": value for key, value in observed.items()}
 
 
-def _aborted(p: _Prefill) -> dict[str, Any]:
-    req = p.prefilled("aborted")
+def _final(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
+    req = p.prefilled(rid)
+    if aborted:
+        abort_while_running(req)
+    p.result(req)
+    return p.seen(req, *RETIREMENT, *OUTCOME, "send_last_chunk", "output_tokens")
+
+
+def _final_pending(p: _Prefill) -> dict[str, Any]:
+    req = p.prefilled("final-pending")
+    req.pending_bootstrap = True  # optimistic prefill: the decode side has not bootstrapped yet
     abort_while_running(req)
     p.result(req)
-    seen = p.counts(req)
-    seen["inflight"] = seen["inflight"] > 0
-    return seen
+    return p.seen(req, "inflight", "radix_insert", "release_without_insert", "send_kv_chunk", "streamed")
 
 
-def _delayed(p: _Prefill) -> dict[str, Any]:
-    req = p.prefilled("delayed")
-    abort_while_running(req)
+def _twice(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
+    req = p.prefilled(rid)
+    if aborted:
+        abort_while_running(req)
     p.result(req)
     before = p.counts(req)
     p.result(req)
     after = p.counts(req)
     return {
         "reenqueued": after["inflight"] > before["inflight"],
-        "streamed": after["streamed"][len(before["streamed"]) :],
-        **{k: after[k] - before[k] for k in ("send_kv_chunk", "release_kv_cache", "sender_abort")},
+        "send_kv_chunk": after["send_kv_chunk"] - before["send_kv_chunk"],
+        "ignored": after == before,
     }
 
 
-def _normal(p: _Prefill) -> dict[str, Any]:
-    req = p.prefilled("normal")
+def _grammar(p: _Prefill) -> dict[str, Any]:
+    rejected = p.kit.intended_failure("the grammar rejects the sampled token", ValueError)
+
+    def accept_token(token: int) -> None:
+        raise rejected(f"token {token} is not allowed here")
+
+    req = p.prefilled("grammar")
+    req.grammar = p.kit.fake("grammar", accept_token=p.kit.recorder("grammar.accept_token", side_effect=accept_token))
     p.result(req)
-    seen = p.counts(req)
-    seen["inflight"] = seen["inflight"] > 0
-    return seen
+    return p.seen(req, "inflight", "send_kv_chunk", "radix_insert", "release_without_insert", "streamed", "retired") | {
+        "output_tokens": len(req.output_ids)
+    }
+
+
+def _mid_last(p: _Prefill) -> dict[str, Any]:
+    # Abort stopped the chunking: no next chunk was launched after [0, CHUNK).
+    req = p.middle_chunk("mid-last", start=0, end=CHUNK)
+    abort_while_running(req)
+    p.result(req)
+    seen = p.seen(req, *RETIREMENT, "retired", "streamed", "send_kv_chunk", "inflight")
+    return seen | {"pending_chunk_cleared": not p.counts(req)["pending_chunk"]}
+
+
+def _mid_still(p: _Prefill) -> dict[str, Any]:
+    # The final chunk [CHUNK, PROMPT) was launched before the abort and is still in flight.
+    req = p.middle_chunk("mid-still", start=CHUNK, end=PROMPT)
+    abort_while_running(req)
+    p.result(req)
+    middle = p.counts(req)
+    p.result(req)  # the final chunk's result
+    return {
+        "pending_chunk_cleared": not middle["pending_chunk"],
+        "release_kv_cache": middle["release_kv_cache"],
+        "retired": middle["retired"],
+        "final_retired": req.finished(),
+    }
+
+
+def _mid_pending(p: _Prefill) -> dict[str, Any]:
+    req = p.middle_chunk("mid-pending", start=0, end=CHUNK, pending_bootstrap=True)
+    abort_while_running(req)
+    p.result(req)
+    return p.seen(req, "requeued", "radix_insert", "release_without_insert", "sender_abort", "retired", "streamed")
+
+
+def _yielded(p: _Prefill) -> dict[str, Any]:
+    req = p.middle_chunk("yielded", start=0, end=CHUNK, pending_bootstrap=True)
+    p.result(req)
+    return p.seen(req, "requeued", "retired", "streamed")
+
+
+def _sender_fails(p: _Prefill) -> dict[str, Any]:
+    unreachable = p.kit.intended_failure("the KV transport cannot deliver the abort")
+    req = p.prefilled("sender-fails")
+
+    def abort() -> None:
+        raise unreachable("prefill peer unreachable")
+
+    p.sender_abort[req.rid].side_effect = p.kit.guard(abort, "sender.abort")
+    p.kit.allow_log(re.escape(f"Failed to notify KV sender of abort for {req.rid}"))
+    abort_while_running(req)
+    try:
+        p.result(req)
+        escaped = False
+    except unreachable:
+        escaped = True
+    return p.seen(req, "release_kv_cache", "release_without_insert", "metadata_freed", "retired", "streamed") | {
+        "escaped": escaped
+    }
+
+
+SCENARIOS: tuple[tuple[str, Callable[[_Prefill], dict[str, Any]]], ...] = (
+    ("aborted", lambda p: _final(p, "aborted", aborted=True)),
+    ("normal", lambda p: _final(p, "normal", aborted=False)),
+    ("final_pending", _final_pending),
+    ("delayed", lambda p: _twice(p, "delayed", aborted=True)),
+    ("duplicate", lambda p: _twice(p, "duplicate", aborted=False)),
+    ("grammar", _grammar),
+    ("mid_last", _mid_last),
+    ("mid_still", _mid_still),
+    ("mid_pending", _mid_pending),
+    ("yielded", _yielded),
+    ("sender_fails", _sender_fails),
+)
 
 
 def observe(kit: Kit) -> dict[str, Any]:
     ensure_runtime()
     fields: dict[str, Any] = {}
-    for name, body in (
-        ("aborted", _aborted),
-        ("delayed", _delayed),
-        ("normal", _normal),
-    ):
+    for name, body in SCENARIOS:
         fields.update(_scenario(kit, name, body))
     return fields

@@ -5,21 +5,41 @@ Scenario: intake validation rejected a request with the real
 for a one-token stub, ``finished()`` still False) and the scheduler hands it
 to the real ``PrefillBootstrapQueue.add`` (real ``create_sender``, real
 capacity check, real ``FakeKVSender`` of the 'fake' transfer backend). On the
-head the door retires it through the real ``Scheduler.retire_unadmitted_request``.
+head the door retires it through the real ``Scheduler.retire_unadmitted_request``:
+its streaming session is let go, its beam group retired, the cache told, the
+400 streamed.
 
-Observations for ``rejected``: ``enqueued`` (in the bootstrap queue),
-``sender_created`` (a KV sender was attached), ``retired`` (``finished()``),
-``streamed`` (what its client received: one HTTP status per response, ``[]``
-for silence), ``cache_aborts`` (tree cache told it ended aborted).
+Observations:
+- ``rejected``: ``enqueued`` (in the bootstrap queue), ``sender_created`` (a
+  KV sender was attached), ``retired`` (``finished()``), ``streamed`` (what its
+  client received: one HTTP status per response, ``[]`` for silence),
+  ``cache_aborts`` (tree cache told it ended aborted).
+- ``rejected_session``: the rejected request belongs to a real streaming
+  ``Session`` whose ``create_req`` counted it in flight. ``session_busy`` (the
+  session still counts a request in flight, so it refuses the next one: on the
+  base it stays so until the handoff unwinds, which a rejected request never
+  reaches) and ``session_detached`` (``req.session`` let go).
+- ``rejected_group``: the rejected request leads a real ``BeamGroup`` that the
+  real ``BeamCoordinator`` counts live (as ``validate_and_init`` leaves it).
+  ``group_retired`` and ``live_groups`` (the coordinator's count, the gate of
+  its per-forward hooks). PD intake rejects beam requests today
+  (``validate_and_init`` refuses beam search when disaggregation is on, before
+  it attaches a group, and streams that 400 itself), so this models a state PD
+  does not produce yet; the head's ``retire_group`` call is there for it, and a
+  port that drops the call is told apart.
 
 Controls, equal on base and head: a ``valid`` request is admitted with a
-sender; re-entering requests that still own something their queue must
-release are enqueued, not retired: ``reentering_slot`` (metadata slot held),
-``reentering_backup`` (``kv.retraction_backup`` set), ``preempted``
-(``is_retracted``).
+sender; ``session_valid`` (a valid request of a busy streaming session) and
+``group_valid`` (a valid beam leader) keep their session and group;
+``plain_session`` (a rejected request of a non-streaming session) keeps its
+session attached; re-entering requests that still own something their queue
+must release are enqueued, not retired -- one per clause of the head's
+predicate: ``preempted`` (``is_retracted``), ``reentering_kv`` (KV row held),
+``reentering_mamba`` (Mamba state held), ``reentering_slot`` (metadata slot
+held), ``reentering_backup`` (``kv.retraction_backup`` set).
 
 Fakes: the KV manager (transport), the output streamer (ZMQ to the
-tokenizer), the tree cache and the beam coordinator (GPU memory).
+tokenizer), the tree cache (GPU memory); the beam coordinator's GPU pools.
 """
 
 from __future__ import annotations
@@ -28,7 +48,7 @@ import inspect
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.requests import abort_while_running, new_req, reject_at_intake
+from harness.requests import abort_while_running, hold_kv, new_req, reject_at_intake
 from harness.runtime import bare, ensure_runtime
 from harness.scheduler import bare_scheduler, retirement_fields
 
@@ -57,12 +77,12 @@ def _queue_reads() -> dict[str, Any]:
     return reads
 
 
-def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
+def _door(kit: Kit, live_groups: int = 0) -> tuple[Any, dict[str, Any]]:
     """A real PrefillBootstrapQueue (no constructor) wired to a real, bare Scheduler."""
     from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
     from sglang.srt.disaggregation.utils import TransferBackend
 
-    scheduler, seen = bare_scheduler(kit)
+    scheduler, seen = bare_scheduler(kit, live_groups=live_groups)
     queue = bare(
         kit,
         PrefillBootstrapQueue,
@@ -73,7 +93,7 @@ def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
         bootstrap_port=8998,
         **_queue_reads(),
     )
-    return queue, seen
+    return queue, seen | {"beams": scheduler.beam_coordinator}
 
 
 def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
@@ -81,13 +101,49 @@ def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
     from sglang.srt.disaggregation.fake.conn import FakeKVSender
     from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
 
-    queue, seen = _door(kit)
+    group = req.beam_group
+    session = req.session
+    queue, seen = _door(kit, live_groups=int(group is not None))
     PrefillBootstrapQueue.add(queue, req, NUM_KV_HEADS)
-    return {
+    fields = {
         f"{scenario}.enqueued": req in queue.queue,
         f"{scenario}.sender_created": isinstance(getattr(req, "disagg_kv_sender", None), FakeKVSender),
         **retirement_fields(scenario, req, seen),
     }
+    if session is not None:
+        fields[f"{scenario}.session_busy"] = session._inflight
+        fields[f"{scenario}.session_detached"] = req.session is None
+    if group is not None:
+        fields[f"{scenario}.group_retired"] = group.retired
+        fields[f"{scenario}.live_groups"] = seen["beams"]._num_live_groups
+    return fields
+
+
+def _in_session(req: Any, *, streaming: bool) -> Any:
+    """``req`` is the next turn of a session; a streaming session's ``create_req`` marks it in flight."""
+    from sglang.srt.session.session_controller import Session
+
+    session = Session(capacity_of_str_len=1 << 16, session_id=f"session-{req.rid}", streaming=streaming)
+    session._inflight = streaming  # what create_req does for an accepted streaming turn
+    req.session = session
+    return req
+
+
+def _beam_leader(req: Any) -> Any:
+    """``req`` leads a real beam group, attached the way ``validate_and_init`` attaches it."""
+    from sglang.srt.beam_search.beam_group import BeamGroup
+
+    group = BeamGroup(beam_width=2, max_new_tokens=8, device="cpu")
+    group.leader = req
+    group.prompt_len = len(req.origin_input_ids)
+    req.beam_group = group
+    req.skip_radix_cache_insert = True
+    return req
+
+
+def _rejected(kit: Kit, req: Any) -> Any:
+    reject_at_intake(kit, req)
+    return req
 
 
 def _reentering(rid: str) -> Any:
@@ -101,11 +157,30 @@ def observe(kit: Kit) -> dict[str, Any]:
     ensure_runtime()
     fields: dict[str, Any] = {}
 
-    rejected = new_req("rejected", prompt_len=1500)
-    reject_at_intake(kit, rejected)
-    fields.update(_admit(kit, "rejected", rejected))
-
+    fields.update(_admit(kit, "rejected", _rejected(kit, new_req("rejected", prompt_len=1500))))
     fields.update(_admit(kit, "valid", new_req("valid", prompt_len=16)))
+
+    rejected_session = _in_session(new_req("rejected-session", prompt_len=1500), streaming=True)
+    fields.update(_admit(kit, "rejected_session", _rejected(kit, rejected_session)))
+    fields.update(_admit(kit, "session_valid", _in_session(new_req("session-valid"), streaming=True)))
+    plain_session = _in_session(new_req("plain-session", prompt_len=1500), streaming=False)
+    fields.update(_admit(kit, "plain_session", _rejected(kit, plain_session)))
+
+    rejected_group = _beam_leader(new_req("rejected-group", prompt_len=1500))
+    fields.update(_admit(kit, "rejected_group", _rejected(kit, rejected_group)))
+    fields.update(_admit(kit, "group_valid", _beam_leader(new_req("group-valid"))))
+
+    preempted = _reentering("preempted")
+    preempted.is_retracted = True  # release_req -> reset_for_retract sets it
+    fields.update(_admit(kit, "preempted", preempted))
+
+    holding_kv = _reentering("reentering-kv")
+    hold_kv(holding_kv, 16)  # still holds the KV row of its first run
+    fields.update(_admit(kit, "reentering_kv", holding_kv))
+
+    holding_mamba = _reentering("reentering-mamba")
+    holding_mamba.kv.mamba_pool_idx = _mamba_slot()  # a hybrid model's Mamba state, held
+    fields.update(_admit(kit, "reentering_mamba", holding_mamba))
 
     slot = _reentering("reentering-slot")
     slot.metadata_buffer_index = 7  # finalize_bootstrap allocated it before the first run
@@ -114,8 +189,10 @@ def observe(kit: Kit) -> dict[str, Any]:
     backup = _reentering("reentering-backup")
     backup.kv.retraction_backup = object()  # host copy taken when it was retracted
     fields.update(_admit(kit, "reentering_backup", backup))
-
-    preempted = _reentering("preempted")
-    preempted.is_retracted = True  # release_req -> reset_for_retract sets it
-    fields.update(_admit(kit, "preempted", preempted))
     return fields
+
+
+def _mamba_slot() -> Any:
+    import torch
+
+    return torch.tensor([3])

@@ -7,6 +7,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from difflab.probe.child import run_probe
 from difflab.probe.kit import Kit
 from difflab.runner.base import ProbeJob
@@ -65,6 +67,40 @@ def test_exception_inside_a_guarded_fake_is_recorded(tmp_path: Path) -> None:
     """
     res = run_probe(probe(tmp_path, body), Kit())
     assert res["status"] == "error" and "ZeroDivisionError" in res["error"]
+
+
+def test_an_intended_failure_is_an_event_not_a_problem(tmp_path: Path) -> None:
+    """A scenario may make a fake fail on purpose ("the transport refuses the abort"); nothing else may."""
+    body = """
+    def observe(kit):
+        refused = kit.intended_failure("the transport refuses the abort")
+        abort = kit.recorder("sender.abort", side_effect=lambda: (_ for _ in ()).throw(refused("link down")))
+        sender = kit.fake("sender", abort=abort, ping={ping})
+        try:
+            sender.abort()
+        except RuntimeError:
+            pass            # SGLang's best-effort notify
+        try:
+            sender.ping()
+        except Exception:
+            pass
+        return {{"s.tries": abort.count}}
+    """
+    good = run_probe(probe(tmp_path, body.format(ping="lambda: None"), "a"), Kit())
+    assert good["status"] == "ok" and good["fields"] == {"s.tries": 1}
+    (event,) = good["events"]
+    assert event["event"] == "intended_failure" and event["what"] == "the transport refuses the abort"
+    assert event["where"] == "sender.abort" and "link down" in event["exception"]
+    bad = run_probe(probe(tmp_path, body.format(ping="lambda: 1 / 0"), "b"), Kit())
+    assert bad["status"] == "error" and "sender.ping: ZeroDivisionError" in bad["error"]
+
+
+def test_an_intended_failure_keeps_its_base_class() -> None:
+    kit = Kit()
+    rejected = kit.intended_failure("the grammar rejects the token", ValueError)
+    assert issubclass(rejected, ValueError) and rejected("x").intended_failure == "the grammar rejects the token"
+    with pytest.raises(TypeError):
+        kit.intended_failure("not an error", KeyboardInterrupt)  # type: ignore[arg-type]
 
 
 def test_logged_error_is_a_problem_unless_allowed(tmp_path: Path) -> None:

@@ -226,11 +226,28 @@ class Kit:
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
-                if not getattr(exc, "ends_scenario", False):
+                staged = getattr(exc, "intended_failure", None)
+                if staged:
+                    self.event("intended_failure", where=label, what=staged, exception=f"{type(exc).__name__}: {exc}")
+                elif not getattr(exc, "ends_scenario", False):
                     self.raised.append(f"{label}: {type(exc).__name__}: {exc}")
                 raise
 
         return wrapper
+
+    def intended_failure(self, what: str, base: type[Exception] = RuntimeError) -> type[Exception]:
+        """An exception class for a failure the scenario stages on purpose inside a fake.
+
+        ``what`` says what fails ("the transport refuses the abort"). Raised from a
+        guarded fake, it is recorded as an ``intended_failure`` event, not as a
+        problem: how SGLang handles it is the behaviour under test. It derives from
+        ``base`` (default ``RuntimeError``), so SGLang's ``except`` clauses see the
+        kind of error the real collaborator raises. Any other exception inside a
+        fake stays a problem.
+        """
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            raise TypeError(f"an intended failure derives from an Exception class, not {base!r}")
+        return type(f"Intended{base.__name__}", (base,), {"intended_failure": what, "__module__": __name__})
 
     # -- what a harness-built object took from where ---------------------------
     def build_default(self, attribute: str, value: str, origin: str) -> None:
