@@ -67,6 +67,49 @@ def test_exception_inside_a_guarded_fake_is_recorded(tmp_path: Path) -> None:
     assert res["status"] == "error" and "ZeroDivisionError" in res["error"]
 
 
+def test_an_intended_failure_passes_the_guard_but_nothing_else(tmp_path: Path) -> None:
+    """A fault the scenario injects on purpose is an event, not a broken fake -- and it is never swallowed silently."""
+    handled = """
+    def observe(kit):
+        def send():
+            raise kit.intended_failure(ConnectionError("rank 1 unreachable"), "a transient socket error")
+        send = kit.recorder("send_multipart", side_effect=send)
+        try:
+            send()
+        except ConnectionError:
+            pass            # SGLang handles it: that handling is what the scenario observes
+        return {"s.sent": send.count}
+    """
+    res = run_probe(probe(tmp_path, handled, "a"), Kit())
+    assert res["status"] == "ok", res["problems"]
+    assert {
+        "event": "intended failure",
+        "where": "send_multipart",
+        "exception": "ConnectionError",
+        "why": "a transient socket error",
+    } in res["events"]
+    escaping = """
+    def observe(kit):
+        send = kit.recorder("send", side_effect=lambda: (_ for _ in ()).throw(kit.intended_failure(OSError("x"), "y")))
+        send()
+        return {"s.x": 1}
+    """
+    res = run_probe(probe(tmp_path, escaping, "b"), Kit())
+    assert res["status"] == "error" and "OSError" in res["error"]
+    unmarked = """
+    def observe(kit):
+        kit.intended_failure(OSError("marked"), "only this one")
+        send = kit.recorder("send", side_effect=lambda: 1 / 0)
+        try:
+            send()
+        except ZeroDivisionError:
+            pass
+        return {"s.x": 1}
+    """
+    res = run_probe(probe(tmp_path, unmarked, "c"), Kit())
+    assert res["status"] == "error" and "ZeroDivisionError" in res["error"]
+
+
 def test_logged_error_is_a_problem_unless_allowed(tmp_path: Path) -> None:
     body = """
     import logging

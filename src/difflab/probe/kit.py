@@ -39,6 +39,10 @@ class EndOfScenario(BaseException):  # noqa: N818 - a signal, not an error
     ends_scenario = True
 
 
+INTENDED_FAILURE = "difflab_intended_failure"
+"""Attribute :meth:`Kit.intended_failure` sets on an exception a scenario raises on purpose (its value: why)."""
+
+
 class ProbeFailure(Exception):
     """A probe decided it cannot observe anything meaningful."""
 
@@ -226,11 +230,28 @@ class Kit:
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
-                if not getattr(exc, "ends_scenario", False):
+                why = getattr(exc, INTENDED_FAILURE, None)
+                if why is not None:
+                    self.event("intended failure", where=label, exception=type(exc).__name__, why=why)
+                elif not getattr(exc, "ends_scenario", False):
                     self.raised.append(f"{label}: {type(exc).__name__}: {exc}")
                 raise
 
         return wrapper
+
+    def intended_failure(self, exc: BaseException, why: str) -> BaseException:
+        """Mark ``exc`` as a fault the scenario injects on purpose (a socket error, a transport that raises).
+
+        A fake raising the returned exception is not reported as a broken fake:
+        :meth:`guard` lets it through and records an ``intended failure`` event
+        instead. Everything else about it stays honest -- if SGLang does not
+        handle it, it still escapes the probe as an error, and a log record
+        carrying it is still a problem unless allowed.
+        """
+        if not why:
+            raise ValueError("say why the scenario raises it")
+        setattr(exc, INTENDED_FAILURE, why)
+        return exc
 
     # -- what a harness-built object took from where ---------------------------
     def build_default(self, attribute: str, value: str, origin: str) -> None:
