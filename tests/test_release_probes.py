@@ -139,17 +139,20 @@ def test_useless_probe_is_insensitive_and_stale_mutation_is_reported(
     (probes / "useless_prefill_door.py").write_text(
         "def observe(kit):\n"
         "    from sglang.srt.disaggregation import utils\n"
-        "    return {'s.has_reject_helper': hasattr(utils, 'is_unadmitted_reject'), 's.version': kit.sglang_version}\n"
+        "    return {'s.has_reject_helper': hasattr(utils, 'is_unadmitted_reject'), 'same.has_reject_helper': True}\n"
     )
     text = matrix_path.read_text()
     start = text.index('id = "38935"')
     block = text[start : text.index("[[fixes]]", start)]
     mutation = block[block.index("[[fixes.mutations]]") :]
-    mutation = re.sub(r"targets = \[.*\]", 'targets = ["useless_prefill_door"]', mutation.split("\n\n")[0])
+    # the first real mutation, aimed at the useless probe (the useless fix declares no hunks)
+    mutation = re.sub(r"\n(targets|hunks) = \[.*\]", "", mutation.split("\n\n")[0])
+    mutation += '\ntargets = ["useless_prefill_door"]'
     useless = (
         '[[fixes]]\nid = "38935"\npr = 38935\ntitle = "useless"\nbase = { release = "0.5.20" }\n'
         'head = { release = "0.5.21" }\n[[fixes.probes]]\nname = "useless_prefill_door"\n'
-        '[fixes.probes.expect]\n"s.has_reject_helper" = [false, true]\n\n' + mutation + "\n\n"
+        '[fixes.probes.expect]\n"s.has_reject_helper" = [false, true]\n'
+        '[fixes.probes.controls]\n"same.has_reject_helper" = true\n\n' + mutation + "\n\n"
         '[[fixes.mutations]]\nname = "stale"\nfile = "sglang/srt/disaggregation/prefill.py"\n'
         "find = '''this text is not in any release'''\nreplace = ''\ntargets = [\"useless_prefill_door\"]\n"
     )
