@@ -238,6 +238,8 @@ def racing_ack(kit: Kit) -> dict[str, Any]:
     rank.wire.reply_on_send(prefill_endpoint(0), b"ABORT", lambda frames: deliver_abort_ack(rank, 0, frames))
     with rank.running():
         rank.client_abort()
+        if rank.wire.unanswered():
+            raise ProbeFailure("the client abort sent prefill rank 0 no ABORT, so its ack could not race")
         _acks_from(rank, range(1, PREFILL_RANKS))
         first = _pop(rank)
         rank.queue.resolve_deferred_releases()

@@ -45,6 +45,10 @@ class Wire:
         """
         self._replies.append((endpoint, tag, reply))
 
+    def unanswered(self) -> int:
+        """Replies set up with :meth:`reply_on_send` whose message never went out."""
+        return len(self._replies)
+
     def socket(self, endpoint: str) -> StrictFake:
         """The (one) fake PUSH socket connected to ``endpoint``."""
         if endpoint not in self._sockets:
