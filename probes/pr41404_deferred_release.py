@@ -1,32 +1,49 @@
 """#41404 -- deferred decode KV release on every transfer-failure kind.
 
 Scenario: a decode rank has pre-allocated KV pages for a request and published
-their addresses to two prefill ranks. The transfer then fails for a reason
-decode did NOT initiate (a prefill rank reports Failed), so the receiver has
-not told prefill anything (``abort_notified`` is False). The real
-``DecodeTransferQueue.pop_transferred`` meets ``KVPoll.Failed``. Deferred
-release is switched ON explicitly on the queue and on the KV manager (its
-default flipped from False to True in 0.5.21; the diff must not be that flip).
+their addresses to two prefill ranks (the receiver's real ``send_metadata``).
+The transfer then fails for a reason decode did NOT initiate (a prefill rank
+reports Failed), so the receiver has not told prefill anything
+(``abort_notified`` is False). The real ``DecodeTransferQueue.pop_transferred``
+meets ``KVPoll.Failed``. Deferred release is switched ON explicitly on the
+queue and on the KV manager (its default flipped from False to True in 0.5.21;
+the diff must not be that flip; both are reported beside the verdict with the
+build's own default).
 
 Observations (``failed.*``, right after ``pop_transferred``): whether the pages
 were released at once (``release_kv_cache`` calls), how many ABORT messages
 went to the prefill ranks, whether the metadata slot was freed, whether the
-request is held in ``_deferred_releases``. Then the hold is resolved through
-the real ``resolve_deferred_releases``: ``drained.*`` -- every prefill rank
-that got an ABORT acks it (held while only one has); ``timeout.*`` -- nobody
-acks and a 0.1 s release timeout passes. Either way the pages must be released
-exactly once; ``outcome`` is ``immediate`` / ``drained`` / ``timeout`` (from
-the timeout warning SGLang logs, cross-checked with the 0.5.22+ metric label).
+request is held (neither released nor its slot freed). Then the hold is
+resolved through the real ``resolve_deferred_releases``: ``drained.*`` -- every
+prefill rank that got an ABORT acks it (held while only one has);
+``timeout.*`` -- nobody acks and a 0.1 s release timeout passes. Either way the
+pages must be released exactly once; ``outcome`` is ``immediate`` /
+``drained`` / ``timeout`` / ``held`` (from the timeout warning SGLang logs,
+cross-checked with the 0.5.22+ metric label).
 
-Before the fix (<= 0.5.20) the pages go back to the pool at once while a
-sibling prefill rank may still be writing into them; with it (0.5.21+) decode
-sends ABORT to every prefill rank and holds them until the acks or timeout.
+``partial.*`` -- a partial publish: prefill rank 1's socket refuses the
+metadata once (a transient ZMQ error), so ``send_metadata`` itself concludes
+the room Failed and never sets ``init_time``, while rank 0 already holds the
+destination and may be writing. ``racing_ack.*`` -- the client aborts the
+request through the real ``Scheduler.abort_request`` and prefill rank 0 acks at
+once, while decode is still sending rank 1 its ABORT: an ack counts only if the
+drain-ack accounting was armed before the ABORTs went out.
+
+Before the fix (<= 0.5.20) a failure decode did not initiate -- a partial
+publish included -- releases the pages at once while a prefill rank may still
+be writing into them; the scheduler armed the ack accounting only after the
+ABORTs were out, so a racing ack was dropped and the request waited for the
+release timeout. With it (0.5.21+) decode sends ABORT to every prefill rank
+(``force_arm`` arms a partial publish too) and holds the pages until the acks
+or the timeout; the receiver arms before sending, so the racing ack counts.
 
 Controls (equal on both sides): a receiver with no bootstrap info cannot
 notify anyone and releases at once; a KV manager without deferred-release
 capability releases at once and sends no ABORT; a decode-initiated abort
-(``receiver.abort()`` before the poll) is held -- so the diff is the
-failure-kind check, not the deferral machinery.
+(``receiver.abort()`` before the poll) is held; the same client abort with
+both acks arriving after the scheduler is done drains on every release
+(``client_abort``) -- so the diff is the failure-kind check and the arming
+order, not the deferral machinery.
 """
 
 from __future__ import annotations
@@ -192,6 +209,58 @@ def no_capability(kit: Kit) -> dict[str, Any]:
         return _pop(rank)
 
 
+def partial(kit: Kit) -> dict[str, Any]:
+    """A partial publish: rank 0 holds the destination, rank 1 refused it -- held until every notified rank acks?
+
+    ``send_metadata`` concludes the room Failed itself and never sets the
+    receiver's ``init_time``; rank 0 may already be writing into the pages.
+    """
+    rank = _scenario(kit, rid="pr41404-007", refuse_metadata_at=1)
+    with rank.running():
+        first = _pop(rank)
+        _acks_from(rank, range(PREFILL_RANKS))
+        rank.queue.resolve_deferred_releases()
+        return {
+            "released_immediately": first["released_immediately"],
+            "abort_messages": first["abort_messages"],
+            **_resolved(rank, first["released_immediately"]),
+        }
+
+
+def racing_ack(kit: Kit) -> dict[str, Any]:
+    """The client aborts; prefill rank 0 acks at once, while decode is still sending rank 1 its ABORT.
+
+    Driven through the real ``Scheduler.abort_request``, so wherever a build
+    arms its ack accounting (receiver or scheduler, before or after the
+    ABORTs), the build's own order decides whether rank 0's ack is counted.
+    """
+    rank = _scenario(kit, rid="pr41404-008")
+    rank.wire.reply_on_send(prefill_endpoint(0), b"ABORT", lambda frames: deliver_abort_ack(rank, 0, frames))
+    with rank.running():
+        rank.client_abort()
+        if rank.wire.unanswered():
+            raise ProbeFailure("the client abort sent prefill rank 0 no ABORT, so its ack could not race")
+        _acks_from(rank, range(1, PREFILL_RANKS))
+        first = _pop(rank)
+        rank.queue.resolve_deferred_releases()
+        return {
+            "held": first["held"],
+            "abort_messages": first["abort_messages"],
+            **_resolved(rank, first["released_immediately"]),
+        }
+
+
+def client_abort(kit: Kit) -> dict[str, Any]:
+    """Control: the same client abort, both acks arriving after the scheduler is done -> drained on every release."""
+    rank = _scenario(kit, rid="pr41404-009")
+    with rank.running():
+        rank.client_abort()
+        _acks_from(rank, range(PREFILL_RANKS))
+        first = _pop(rank)
+        rank.queue.resolve_deferred_releases()
+        return {"held": first["held"], **_resolved(rank, first["released_immediately"])}
+
+
 def decode_initiated(kit: Kit) -> dict[str, Any]:
     """Control: decode aborted the transfer itself (AbortReq) -> held on every release."""
     rank = _scenario(kit, rid="pr41404-006")
@@ -200,14 +269,24 @@ def decode_initiated(kit: Kit) -> dict[str, Any]:
         return _pop(rank)
 
 
-SCENARIOS = (failed, drained, timeout, unnotifiable, no_capability, decode_initiated)
+SCENARIOS = (
+    failed,
+    drained,
+    timeout,
+    partial,
+    racing_ack,
+    client_abort,
+    unnotifiable,
+    no_capability,
+    decode_initiated,
+)
 
 
 def observe(kit: Kit) -> dict[str, Any]:
     # pop_transferred logs every failed transfer at ERROR, with the recorded root cause.
     kit.allow_log(
         r"Decode transfer failed for request .* with exception KVTransferError\(bootstrap_room=\d+\): "
-        rf"({PREFILL_FAILURE}|Aborted by AbortReq\.)$"
+        rf"({PREFILL_FAILURE}|Aborted by AbortReq\.|send_metadata to prefill [0-9.]+:\d+ failed)$"
     )
     fields: dict[str, Any] = {}
     for scenario in SCENARIOS:

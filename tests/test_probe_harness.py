@@ -69,6 +69,15 @@ class BaseManager:
         else:
             self.connection_pool = {{}}
         self.engine = TransferEngine(args.host)
+        self.shared_engine = get_shared_transfer_engine()
+
+
+_SHARED_ENGINE = None
+
+
+def get_shared_transfer_engine():
+    """The process-wide engine, None until a launcher made one (SGLang 0.5.23's Mooncake accessor)."""
+    return _SHARED_ENGINE
 
 
 class Consensus(dict):
@@ -190,6 +199,17 @@ def test_a_collaborator_the_constructor_builds_is_never_built(tmp_path: Path, ha
     with pytest.raises(MissingFakeAttribute, match=r"mgr\.engine.*TransferEngine\(\)"):
         mgr.engine  # noqa: B018
     assert "missing fake attribute: mgr.engine" in kit.problems()
+
+
+def test_an_accessor_for_the_transport_engine_is_never_evaluated(tmp_path: Path, harness: ModuleType) -> None:
+    """A getter for a process-wide engine would answer None here, silently: the probe must give the engine."""
+    module = _load(tmp_path, "fork_shared_engine", False)
+    kit = Kit()
+    mgr = harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1)
+    with pytest.raises(MissingFakeAttribute, match=r"mgr\.shared_engine.*get_shared_transfer_engine"):
+        mgr.shared_engine  # noqa: B018
+    given = harness.real_object(kit, module.ForkManager, "given", mode="prefill", pp_size=1, shared_engine="fake")
+    assert given.shared_engine == "fake"
 
 
 def test_lazily_created_state_reads_as_missing_like_on_the_real_object(tmp_path: Path, harness: ModuleType) -> None:

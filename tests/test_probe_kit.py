@@ -103,6 +103,18 @@ def test_an_intended_failure_keeps_its_base_class() -> None:
         kit.intended_failure("not an error", KeyboardInterrupt)  # type: ignore[arg-type]
 
 
+def test_an_intended_failure_sglang_does_not_handle_still_escapes_as_an_error(tmp_path: Path) -> None:
+    escaping = """
+    def observe(kit):
+        unreachable = kit.intended_failure("rank 1 is unreachable", OSError)
+        send = kit.recorder("send", side_effect=lambda: (_ for _ in ()).throw(unreachable("x")))
+        send()
+        return {"s.x": 1}
+    """
+    res = run_probe(probe(tmp_path, escaping, "c"), Kit())
+    assert res["status"] == "error" and "IntendedOSError" in res["error"]
+
+
 def test_logged_error_is_a_problem_unless_allowed(tmp_path: Path) -> None:
     body = """
     import logging

@@ -42,7 +42,7 @@ from typing import Any
 _REFUSED_CALLS = frozenset(
     {"Thread", "Process", "Popen", "start", "socket", "bind", "connect", "Context", "submit", "run", "Timer"}
 )
-_REFUSED_SUBSTRINGS = ("Engine", "cuda", "device")
+_REFUSED_SUBSTRINGS = ("engine", "cuda", "device")  # matched case-insensitively: TransferEngine(), init_engine()
 _MAX_DEPTH = 8
 _INDEX_SCHEMA = 1
 
@@ -402,7 +402,7 @@ def _compiled(text: str, filename: str) -> tuple[Any, str | None]:
         if isinstance(node, ast.Call):
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name in _REFUSED_CALLS or any(s in name for s in _REFUSED_SUBSTRINGS):
+            if name in _REFUSED_CALLS or any(s in name.lower() for s in _REFUSED_SUBSTRINGS):
                 refused = name
                 break
     return compile(tree, filename, "eval"), refused

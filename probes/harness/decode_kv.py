@@ -10,8 +10,11 @@ have or must not touch:
   as SGLang's tests do), the metadata buffers and the radix tree;
 - the scheduler's output streamer and metrics collector (recorders).
 
-The metadata-slot allocator is SGLang's real ``ReqToMetadataIdxAllocator`` and
-the rank group is a real one-rank gloo group.
+The receiver publishes its destination to the prefill ranks with its real
+``send_metadata`` (the fake sockets record it), and a client abort goes through
+the real ``Scheduler.abort_request`` (:meth:`DecodeRank.client_abort`). The
+metadata-slot allocator is SGLang's real ``ReqToMetadataIdxAllocator`` and the
+rank group is a real one-rank gloo group.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,7 @@ BOOTSTRAP_ADDR = "192.0.2.10:8998"
 PREFILL_IP = "192.0.2.10"
 PREFILL_BASE_PORT = 17100
 METADATA_SLOTS = 4
+DECODE_SESSION = "decode-session-0"
 
 
 def prefill_endpoint(rank: int) -> str:
@@ -91,6 +94,55 @@ class DecodeRank:
     def abort_messages(self) -> int:
         return self.wire.count(b"ABORT")
 
+    def publish_metadata(self, *, refused_by: int | None = None) -> None:
+        """The receiver's real ``send_metadata``: every prefill rank learns where to write the room's KV.
+
+        ``refused_by`` makes that prefill rank's socket refuse the send once (a
+        transient ZMQ error): the ranks before it already hold the destination,
+        the rest do not -- a *partial publish*, which SGLang concludes Failed.
+        """
+        import numpy as np
+        import zmq
+
+        if refused_by is not None:
+            self.wire.refuse_next(
+                prefill_endpoint(refused_by),
+                self.kit.intended_failure(
+                    f"prefill rank {refused_by}'s socket refuses the metadata once", zmq.ZMQError
+                )(zmq.EAGAIN),
+            )
+        self.receiver.send_metadata(np.array([10, 11, 12, 13], dtype=np.int32), self.slot)
+
+    def client_abort(self) -> None:
+        """The client aborts the request: the real ``Scheduler.abort_request`` with a real ``AbortReq``.
+
+        The request sits in the decode transfer queue; the scheduler is a real
+        one built without its constructor around it (empty waiting queue,
+        prealloc queue and running batch).
+        """
+        from sglang.srt.disaggregation.utils import DisaggregationMode
+        from sglang.srt.managers.io_struct import AbortReq
+        from sglang.srt.managers.scheduler import Scheduler
+
+        scheduler = strict_instance(
+            self.kit,
+            Scheduler,
+            "decode_scheduler",
+            disaggregation_mode=DisaggregationMode.DECODE,
+            waiting_queue=[],
+            chunked_req=None,
+            mm_receiver=None,
+            dllm_config=None,
+            grammar_manager=self.kit.fake("grammar_manager", abort_requests=self.kit.recorder("abort_requests")),
+            disagg_decode_prealloc_queue=self.kit.fake("prealloc_queue", queue=[], retracted_queue=[]),
+            disagg_decode_transfer_queue=self.queue,
+            running_batch=self.kit.fake("running_batch", reqs=[]),
+            last_batch=None,
+            enable_continuous_input_polling=False,
+            ps=self.kit.fake("parallel state", pp_size=1),  # <= 0.5.20 reads the PP size here
+        )
+        scheduler.abort_request(AbortReq(rid=self.decode_req.req.rid))
+
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """Patch ``release_kv_cache`` at decode.py's import site and watch its warnings."""
@@ -118,11 +170,14 @@ def build_decode_rank(
     manager_defers: bool,
     release_timeout_s: float,
     notifiable: bool = True,
+    refuse_metadata_at: int | None = None,
 ) -> DecodeRank:
     """A decode rank with one request in the transfer queue, metadata published to prefill.
 
     ``notifiable=False`` models a receiver that never learnt where the prefill
-    ranks are (no bootstrap info), so it has nobody to send an ABORT to.
+    ranks are (no bootstrap info), so it has nobody to send an ABORT to and
+    publishes nothing. ``refuse_metadata_at`` makes that prefill rank refuse
+    the metadata once (:meth:`DecodeRank.publish_metadata`).
     """
     import torch
     from sglang.srt.disaggregation.base.conn import KVPoll
@@ -143,11 +198,8 @@ def build_decode_rank(
         **_switch("enable_deferred_decode_kv_release", manager_defers),
         local_ip=DECODE_IP,
         rank_port=DECODE_PORT,
-        enable_staging=False,
-        _staging_handler=None,
-        defer_decode_allocation=False,
-        deferred_bootstrap=None,
-        waiting_timeout=300.0,
+        # the Mooncake transfer engine (RDMA): decode only asks it for its session id
+        engine=kit.fake("mooncake engine", get_session_id=lambda: DECODE_SESSION),
     )
     bootstrap_infos = (
         [
@@ -172,17 +224,8 @@ def build_decode_rank(
         bootstrap_room=room,
         bootstrap_addr=BOOTSTRAP_ADDR,
         bootstrap_infos=bootstrap_infos,
-        session_id="decode-session-0",
-        conclude_state=None,
-        abort_notified=False,
-        _abort_generation=None,
-        init_time=None,
-        _prefill_wait_start=None,
-        require_staging=False,
-        _connection_pool_entries={},
-        _owns_bootstrap_room=True,
-        _lifecycle_lock=threading.RLock(),
-        required_dst_info_num=1,
+        required_dst_info_num=1,  # what the receiver's init() learns from the bootstrap server
+        session_id=DECODE_SESSION,
     )
     # The room's real lifecycle on the decode side: bootstrapped, metadata sent.
     kv_mgr.addr_to_rooms_tracker[BOOTSTRAP_ADDR].add(room)
@@ -190,8 +233,6 @@ def build_decode_rank(
     kv_mgr.required_prefill_response_num_table[room] = prefill_ranks
     kv_mgr.update_status(room, KVPoll.Bootstrapping)
     kv_mgr.update_status(room, KVPoll.WaitingForInput)
-    if notifiable:
-        receiver.init_time = time.time()
 
     allocator = ReqToMetadataIdxAllocator(METADATA_SLOTS)
     slot = allocator.alloc()
@@ -246,7 +287,7 @@ def build_decode_rank(
         **_switch("enable_deferred_kv_release", queue_defers),
         deferred_kv_release_timeout=release_timeout_s,
     )
-    return DecodeRank(
+    rank = DecodeRank(
         kit=kit,
         wire=wire,
         queue=queue,
@@ -257,3 +298,6 @@ def build_decode_rank(
         metrics=metrics,
         deferred_outcomes=deferred_outcomes,
     )
+    if notifiable:
+        rank.publish_metadata(refused_by=refuse_metadata_at)
+    return rank

@@ -7,9 +7,11 @@ queue of real ``TransferKVChunk`` objects; its real ``start_prefill_thread``
 runs the bootstrap thread over decode's control messages (ABORT). Faked are
 only the GPU/RDMA and network edges:
 
-- ``send_kvcache`` / ``send_aux`` (the Mooncake engine's RDMA writes) are
-  recorders whose return code the scenario chooses; anything raised inside is
-  recorded by ``kit.guard`` before the worker can wrap it in a RuntimeError;
+- the room's three RDMA writes -- ``send_kvcache`` (KV pages),
+  ``maybe_send_extra`` (state buffers of hybrid/Mamba models) and ``send_aux``
+  (the metadata/aux slot) -- are recorders whose return code the scenario
+  chooses (0 = written); anything raised inside is recorded by ``kit.guard``
+  before the worker can wrap it in a RuntimeError;
 - the zmq sockets: decode's control socket the bootstrap thread reads from,
   and the PUSH socket to decode (:class:`harness.wire.Wire`) that carries the
   status messages and every ``ABORT_ACK``;
@@ -62,8 +64,14 @@ class PrefillRank:
     mgr: Any  # MooncakeKVManager (prefill mode)
     room: int
     send_kvcache: Recorder
+    send_state: Recorder
+    send_aux: Recorder
     send_result: Callable[[], int] = lambda: 0
-    """What the next RDMA write does (the scenario may deliver an ABORT meanwhile); 0 = success."""
+    """What the next KV write does (the scenario may deliver an ABORT meanwhile); 0 = success."""
+    state_result: Callable[[], int] = lambda: 0
+    """What the next state-buffer write does; 0 = success."""
+    aux_result: Callable[[], int] = lambda: 0
+    """What the next aux (metadata slot) write does; 0 = success."""
     thread_errors: list[str] = field(default_factory=list)
 
     @property
@@ -117,19 +125,40 @@ class PrefillRank:
         with contextlib.suppress(_EndOfQueue):
             self.mgr.transfer_worker(queue, executor)
 
-    def chunk(self, *, last: bool) -> Any:
-        """A real TransferKVChunk of this room: two pages of KV."""
+    def chunk(self, *, last: bool, state: bool = False, room: int | None = None) -> Any:
+        """A real TransferKVChunk of this room (or ``room``): two pages of KV, plus a state slot if ``state``.
+
+        The last chunk carries the aux index; ``state`` gives it one state-buffer
+        index, as a hybrid (Mamba/SWA) model's last chunk does.
+        """
         import numpy as np
         from sglang.srt.disaggregation.common.utils import TransferKVChunk
 
         return TransferKVChunk(
-            room=self.room,
+            room=self.room if room is None else room,
             prefill_kv_indices=np.array([3, 4], dtype=np.int32),
             index_slice=slice(0, 2),
             is_last_chunk=last,
             prefill_aux_index=0 if last else None,
-            state_indices=None,
+            state_indices=[7] if state else None,
         )
+
+    def session_alive(self) -> bool:
+        """Does this rank still send to decode's Mooncake session? A new room's first chunk is written or refused.
+
+        The worker refuses every transfer to a session it marked failed ("decode
+        instance could be dead"), so this observes the session blacklist through
+        behaviour: whether the next room's KV write is attempted.
+        """
+        other = self.room + 100_000
+        self.open_room(other)
+        before = self.send_kvcache.count
+        saved, self.send_result = self.send_result, lambda: 0
+        try:
+            self.run_worker(self.chunk(last=False, room=other))
+        finally:
+            self.send_result = saved
+        return self.send_kvcache.count > before
 
     def sender(self) -> Any:
         """The real ``MooncakeKVSender`` of this room, as the scheduler holds it on ``req.disagg_kv_sender``."""
@@ -151,16 +180,17 @@ class PrefillRank:
         """The scheduler is done with the request: the real sender's ``clear()`` forgets the room."""
         self.sender().clear()
 
-    def open_room(self) -> None:
+    def open_room(self, room: int | None = None) -> None:
         """A new request takes the room: Bootstrapping (sender created), then WaitingForInput (metadata in)."""
         import numpy as np
         from sglang.srt.disaggregation.base.conn import KVPoll
         from sglang.srt.disaggregation.mooncake.conn import TransferInfo
 
-        self.mgr.update_status(self.room, KVPoll.Bootstrapping)
-        self.mgr.transfer_infos[self.room] = {
+        room = self.room if room is None else room
+        self.mgr.update_status(room, KVPoll.Bootstrapping)
+        self.mgr.transfer_infos[room] = {
             DECODE_SESSION: TransferInfo(
-                room=self.room,
+                room=room,
                 endpoint=DECODE_IP,
                 dst_port=DECODE_PORT,
                 mooncake_session_id=DECODE_SESSION,
@@ -171,7 +201,7 @@ class PrefillRank:
                 is_dummy=False,
             )
         }
-        self.mgr.update_status(self.room, KVPoll.WaitingForInput)
+        self.mgr.update_status(room, KVPoll.WaitingForInput)
 
 
 def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) -> PrefillRank:
@@ -184,6 +214,8 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
     decode = tcp_endpoint(DECODE_IP, DECODE_PORT)
     holder: list[PrefillRank] = []
     send = kit.recorder("send_kvcache", side_effect=lambda *args, **kwargs: holder[0].send_result())
+    send_state = kit.recorder("maybe_send_extra", side_effect=lambda *args, **kwargs: holder[0].state_result())
+    send_aux = kit.recorder("send_aux", side_effect=lambda *args, **kwargs: holder[0].aux_result())
     mgr = strict_instance(
         kit,
         MooncakeKVManager,
@@ -210,8 +242,6 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         is_hybrid_mla_backend=False,
         enable_all_cp_ranks_for_transfer=False,
         enable_trace=False,
-        enable_staging=False,
-        _staging_ctx=None,
         # room, session and deferred-ack bookkeeping: this build's constructor makes its own
         decode_kv_args_table={
             DECODE_SESSION: KVArgsRegisterInfo(
@@ -237,12 +267,13 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         _monitor_cache={},
         _socket_send_locks=Wire.locks(decode),
         _zmq_ctx=kit.fake("prefill zmq.Context"),
-        # the bootstrap thread
-        _stopped=False,
-        _worker_threads=[],
         send_kvcache=send,
+        maybe_send_extra=send_state,
+        send_aux=send_aux,
     )
-    rank = PrefillRank(kit=kit, wire=wire, mgr=mgr, room=room, send_kvcache=send)
+    rank = PrefillRank(
+        kit=kit, wire=wire, mgr=mgr, room=room, send_kvcache=send, send_state=send_state, send_aux=send_aux
+    )
     holder.append(rank)
     rank.open_room()
     return rank

@@ -9,6 +9,7 @@ needs more of zmq (a monitor, a new connection) is reported, never guessed.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,13 +30,38 @@ class Wire:
     kit: Kit
     sent: list[tuple[str, list[bytes]]] = field(default_factory=list)
     _sockets: dict[str, StrictFake] = field(default_factory=dict)
+    _refusals: dict[str, list[BaseException]] = field(default_factory=dict)
+    _replies: list[tuple[str, bytes, Callable[[list[bytes]], None]]] = field(default_factory=list)
+
+    def refuse_next(self, endpoint: str, exc: BaseException) -> None:
+        """The next send to ``endpoint`` raises ``exc`` (an instance of a ``kit.intended_failure`` class) and is not sent."""
+        self._refusals.setdefault(endpoint, []).append(exc)
+
+    def reply_on_send(self, endpoint: str, tag: bytes, reply: Callable[[list[bytes]], None]) -> None:
+        """Once a ``tag`` message has gone to ``endpoint``, run ``reply(frames)`` before the sender goes on.
+
+        Models a peer that answers at once -- its reply handled by the receiving
+        thread while the sending thread is still busy (sending to the next rank).
+        """
+        self._replies.append((endpoint, tag, reply))
+
+    def unanswered(self) -> int:
+        """Replies set up with :meth:`reply_on_send` whose message never went out."""
+        return len(self._replies)
 
     def socket(self, endpoint: str) -> StrictFake:
         """The (one) fake PUSH socket connected to ``endpoint``."""
         if endpoint not in self._sockets:
 
             def send_multipart(frames: list[bytes], *args: Any, **kwargs: Any) -> None:
-                self.sent.append((endpoint, [bytes(f) for f in frames]))
+                if self._refusals.get(endpoint):
+                    raise self._refusals[endpoint].pop(0)
+                message = [bytes(f) for f in frames]
+                self.sent.append((endpoint, message))
+                for entry in list(self._replies):
+                    if entry[0] == endpoint and message and message[0] == entry[1]:
+                        self._replies.remove(entry)
+                        entry[2](message)
 
             self._sockets[endpoint] = self.kit.fake(
                 f"zmq socket to {endpoint}",

@@ -39,6 +39,9 @@ class EndOfScenario(BaseException):  # noqa: N818 - a signal, not an error
     ends_scenario = True
 
 
+"""Attribute :meth:`Kit.intended_failure` sets on an exception a scenario raises on purpose (its value: why)."""
+
+
 class ProbeFailure(Exception):
     """A probe decided it cannot observe anything meaningful."""
 

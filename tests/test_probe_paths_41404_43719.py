@@ -1,0 +1,169 @@
+"""Every path #41404 and #43719(a) change, on every pinned release: the scenarios' values per release.
+
+The matrix says what base and head show; this says what each release shows,
+scenario by scenario, so a path that silently stops discriminating (or starts
+discriminating on the wrong release) is caught here and not only as a
+verdict. It also checks what the probes must not do: force anything but the
+deferred-release switches, or read a fix's own bookkeeping by name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from difflab.contains import run_contains
+from difflab.environment.shared import SharedEnvironment
+from difflab.pipeline import RunRequest, make_runner
+from difflab.progress import Reporter
+
+pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
+
+PROBES = Path(__file__).resolve().parents[1] / "probes"
+RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+FIRST_FIXED = {"41404": "0.5.21", "43719a": "0.5.22"}
+PROBE = {"41404": "pr41404_deferred_release", "43719a": "pr43719_failed_send_ack"}
+
+# field: (value before the fix, value with it)
+CHANGES = {
+    "41404": {
+        # a partial publish: rank 1 refused the metadata, rank 0 holds the destination
+        "partial.released_immediately": (True, False),
+        "partial.abort_messages": (0, 2),
+        "partial.outcome": ("immediate", "drained"),
+        # a client abort whose first ack races back while decode still notifies rank 1
+        "racing_ack.outcome": ("held", "drained"),
+        "racing_ack.release_count": (0, 1),
+        "racing_ack.still_held": (True, False),
+        "failed.abort_messages": (0, 2),
+        "timeout.outcome": ("immediate", "timeout"),
+    },
+    "43719a": {
+        "failed.acks": (1, 0),
+        "second_abort.acks": (1, 0),
+        "after_clear.acks": (1, 0),
+        "aux_failed.acks": (1, 0),
+        "aux_failed.late_acks": (1, 0),
+        "aux_late.late_acks": (1, 0),
+        "state_failed.acks": (1, 0),
+        "state_failed.late_acks": (1, 0),
+        "state_failed.session_alive": (False, True),
+        "state_late.late_acks": (1, 0),
+        "state_aborted.aux_sends": (1, 0),
+        "state_aborted.status_reports": (1, 0),
+    },
+}
+# fields every release shows alike
+SAME = {
+    "41404": {
+        "partial.release_count": 1,
+        "partial.still_held": False,
+        "racing_ack.held": True,
+        "racing_ack.abort_messages": 2,
+        "client_abort.outcome": "drained",
+        "client_abort.release_count": 1,
+        "decode_initiated.held": True,
+        "unnotifiable.outcome": "immediate",
+    },
+    "43719a": {
+        "reused.acks": 1,
+        "succeeded.acks": 1,
+        "succeeded.late_acks": 1,
+        "succeeded.session_alive": True,
+        "failed.session_alive": False,
+        "failed.status_reports": 1,
+        "aux_failed.aux_sends": 1,
+        "aux_failed.decode_told_failed": True,
+        "aux_late.acks": 0,
+        "state_failed.aux_sends": 0,
+        "state_late.acks": 0,
+        "state_late.session_alive": False,
+        "state_late.decode_told_failed": True,
+        "state_aborted.acks": 1,
+    },
+}
+# a fix's own bookkeeping: the build's constructor makes it; no probe may name it
+FIX_STATE = (
+    "_deferred_ack_poisoned_rooms",
+    "_deferred_ack_targets",
+    "_deferred_ack_fanout_snapshots",
+    "_deferred_releases",
+    "_deferred_abort_ack_tracker",
+    "_deferred_abort_generation",
+    "_staging_outstanding",
+    "failed_sessions",
+    "session_failures",
+)
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
+    env = SharedEnvironment().ensure()
+    runner = make_runner(RunRequest(), env)
+    out = tmp_path_factory.mktemp("paths") / "contains"
+    _, releases, cells, out = run_contains(matrix_path, list(PROBE), list(RELEASES), out, runner, env, Reporter().track)
+    assert tuple(releases) == RELEASES
+    obs = {
+        (fix, release): json.loads((out / "observations" / fix / release / f"{probe}.json").read_text())
+        for fix, probe in PROBE.items()
+        for release in RELEASES
+    }
+    return obs, {(c.fix, c.release): c.verdict for c in cells}
+
+
+@pytest.mark.parametrize("fix", list(PROBE))
+def test_each_path_changes_on_the_release_that_carries_the_fix(observed, fix: str) -> None:
+    obs, verdicts = observed
+    for release in RELEASES:
+        o = obs[(fix, release)]
+        assert o["status"] == "ok" and not o["problems"], (fix, release, o["error"], o["problems"])
+        fixed = release >= FIRST_FIXED[fix]
+        assert verdicts[(fix, release)] == ("fixed" if fixed else "bug"), (fix, release)
+        want = {f: pair[fixed] for f, pair in CHANGES[fix].items()} | SAME[fix]
+        got = {f: o["fields"].get(f) for f in want}
+        assert got == want, (fix, release, {f: (got[f], want[f]) for f in want if got[f] != want[f]})
+
+
+def test_the_partial_publish_is_an_injected_fault_not_a_broken_fake(observed) -> None:
+    obs, _ = observed
+    for release in RELEASES:
+        events = obs[("41404", release)]["events"]
+        assert [e["where"] for e in events if e["event"] == "intended failure"] == [
+            "send_multipart(tcp://192.0.2.10:17101)"
+        ], (release, events)
+
+
+def test_only_the_deferred_release_switches_are_forced_and_fix_state_comes_from_the_constructor(observed) -> None:
+    obs, _ = observed
+    for release in RELEASES:
+        decode, prefill = obs[("41404", release)], obs[("43719a", release)]
+        assert {f["attribute"] for f in decode["forced"]} == {
+            "decode_kv_mgr.enable_deferred_decode_kv_release",
+            "transfer_queue.enable_deferred_kv_release",
+        }
+        assert {f["attribute"] for f in prefill["forced"]} == {"prefill_kv_mgr.enable_deferred_decode_kv_release"}
+        built = {d["attribute"]: d["from"] for d in decode["defaults"] + prefill["defaults"]}
+        assert built["transfer_queue._deferred_releases"].startswith("DecodeTransferQueue.__init__")
+        assert "__init__" in built["prefill_kv_mgr._staging_outstanding"]
+        assert "__init__" in built["prefill_kv_mgr.failed_sessions"]
+        if release >= FIRST_FIXED["41404"]:
+            assert "__init__" in built["decode_kv_mgr._deferred_abort_ack_tracker"]
+        if release >= FIRST_FIXED["43719a"]:
+            assert built["prefill_kv_mgr._deferred_ack_poisoned_rooms"].startswith("CommonKVManager.__init__")
+
+
+def _names(path: Path) -> set[str]:
+    """The identifiers a source file uses in code (not in strings or comments)."""
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    return {t.string for t in tokens if t.type == tokenize.NAME}
+
+
+def test_no_probe_names_a_fixs_own_bookkeeping() -> None:
+    files = [*PROBES.glob("pr*.py"), *(PROBES / "harness").glob("*.py")]
+    assert files
+    named = {f.name: sorted(_names(f) & set(FIX_STATE)) for f in files}
+    assert not {f: n for f, n in named.items() if n}, named
