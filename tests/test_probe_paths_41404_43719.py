@@ -15,10 +15,10 @@ import tokenize
 from pathlib import Path
 
 import pytest
-
 from difflab.contains import run_contains
-from difflab.environment.shared import SharedEnvironment
 from difflab.pipeline import RunRequest, make_runner
+
+from difflab.environment.shared import SharedEnvironment
 from difflab.progress import Reporter
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]

@@ -16,11 +16,11 @@ path, or a release that behaves differently, fails here.
 from __future__ import annotations
 
 import pytest
+from difflab.pipeline import RunRequest, make_runner
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
 from difflab.paths import probes_dir
-from difflab.pipeline import RunRequest, make_runner
 from difflab.progress import Reporter
 from difflab.runner import ProbeJob
 from difflab.source.release import ReleaseSource
