@@ -34,7 +34,7 @@ class Wire:
     _replies: list[tuple[str, bytes, Callable[[list[bytes]], None]]] = field(default_factory=list)
 
     def refuse_next(self, endpoint: str, exc: BaseException) -> None:
-        """The next send to ``endpoint`` raises ``exc`` (an instance of a ``kit.intended_failure`` class) and is not sent."""
+        """The next send to ``endpoint`` raises ``exc`` (a ``kit.intended_failure`` instance) and is not sent."""
         self._refusals.setdefault(endpoint, []).append(exc)
 
     def reply_on_send(self, endpoint: str, tag: bytes, reply: Callable[[list[bytes]], None]) -> None:
