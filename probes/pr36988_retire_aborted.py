@@ -23,9 +23,10 @@ Scenarios (one fresh scheduler each) and what they observe:
 - ``final_pending``: the same while bootstrap is still pending (optimistic
   prefill): the head retires it before the force-retry hook; the base queues it.
 - ``delayed``: a second result for the same request after the first
-  (deltas of the second call): ``reenqueued``, ``send_kv_chunk`` and
-  ``ignored`` (the second result changed nothing the probe can see: no send,
-  release, sender abort, stream, queueing, cache or slot effect). The base
+  (deltas of the second call): ``reenqueued``, ``send_kv_chunk``,
+  ``release_kv_cache``, ``sender_abort``, ``streamed`` and ``ignored`` (the
+  second result changed nothing the probe can see: no send, release, sender
+  abort, stream, queueing, cache or slot effect). The base
   re-enqueues and re-sends; the head's retirement is idempotent.
 - ``grammar``: a live request whose grammar rejects the sampled token
   (``accept_token`` raises ``ValueError``; the release turns it into a 500).
@@ -270,7 +271,8 @@ def _twice(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
     after = p.counts(req)
     return {
         "reenqueued": after["inflight"] > before["inflight"],
-        "send_kv_chunk": after["send_kv_chunk"] - before["send_kv_chunk"],
+        "streamed": after["streamed"][len(before["streamed"]) :],
+        **{k: after[k] - before[k] for k in ("send_kv_chunk", "release_kv_cache", "sender_abort")},
         "ignored": after == before,
     }
 

@@ -101,7 +101,12 @@ def test_fork_that_reverts_the_prefill_door_is_partial(
     assert rc == 1
     assert fix["verdict"] == "partial"
     assert fix["base_like"] == [PREFILL] and fix["head_like"] == [DECODE]
-    assert PREFILL in fix["reason"] and DECODE in fix["reason"]
+    # the reason names the paths: the door the fork reverted, and the one it kept
+    assert "like base: prefill-door" in fix["reason"] and "decode-door" in fix["reason"].split("like base")[0]
+    paths = {p["hunk"]: p["like"] for p in fix["paths"]}
+    assert paths["prefill-door"] == "base" and paths["decode-door"] == "head"
+    # the retirement behind the doors is still there: judged by the door that reaches it
+    assert paths["retire-cache-finish"] == "head" and paths["unadmitted-predicate"] == "head"
     assert fix["evidence"]["ancestor"] is True, "the fix commit is in its history; the behaviour is not"
     prefill = next(p for p in fix["probes"] if p["probe"] == PREFILL)
     assert {c["field"]: c["like"] for c in prefill["fields"] if c["kind"] == "expect"}["rejected.enqueued"] == "base"

@@ -15,11 +15,11 @@ import tokenize
 from pathlib import Path
 
 import pytest
-from difflab.contains import run_contains
-from difflab.pipeline import RunRequest, make_runner
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.progress import Reporter
+from difflab.workflows.contains import run_contains
+from difflab.workflows.run import RunRequest, make_runner
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
@@ -105,7 +105,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
     env = SharedEnvironment().ensure()
     runner = make_runner(RunRequest(), env)
     out = tmp_path_factory.mktemp("paths") / "contains"
-    _, releases, cells, out = run_contains(matrix_path, list(PROBE), list(RELEASES), out, runner, env, Reporter().track)
+    _, releases, cells, out = run_contains(matrix_path, list(PROBE), list(RELEASES), out, runner, env, Reporter())
     assert tuple(releases) == RELEASES
     obs = {
         (fix, release): json.loads((out / "observations" / fix / release / f"{probe}.json").read_text())
@@ -132,7 +132,7 @@ def test_the_partial_publish_is_an_injected_fault_not_a_broken_fake(observed) ->
     obs, _ = observed
     for release in RELEASES:
         events = obs[("41404", release)]["events"]
-        assert [e["where"] for e in events if e["event"] == "intended failure"] == [
+        assert [e["where"] for e in events if e["event"] == "intended_failure"] == [
             "send_multipart(tcp://192.0.2.10:17101)"
         ], (release, events)
 

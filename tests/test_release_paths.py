@@ -16,7 +16,6 @@ path, or a release that behaves differently, fails here.
 from __future__ import annotations
 
 import pytest
-from difflab.pipeline import RunRequest, make_runner
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
@@ -24,6 +23,7 @@ from difflab.paths import probes_dir
 from difflab.progress import Reporter
 from difflab.runner import ProbeJob
 from difflab.source.release import ReleaseSource
+from difflab.workflows.run import RunRequest, make_runner
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 

@@ -65,7 +65,7 @@ class PathCheck:
 
     hunk: str
     where: str  # "file: function"
-    like: str  # head | base | mixed | other | missing
+    like: str  # head | base | mixed | masked | other | missing
     fields: list[str]
 
     def describe(self) -> str:
@@ -158,22 +158,46 @@ def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
 
 
 def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
+    """Which side each path behaves like.
+
+    A field can observe several paths: the door's ``rejected.cache_aborts`` sees
+    both the door check and the retirement behind it. A path whose base-like
+    fields are all explained by a path that is wholly base-like (a fork that
+    dropped the door never reaches the retirement behind it) is judged by its
+    remaining fields; if none remain, it cannot be told apart (``masked``).
+    """
     by_probe = {p.probe: {c.field: c for c in p.fields if c.kind == "expect"} for p in probes}
+
+    def side(probe: str, name: str) -> str:
+        check = by_probe.get(probe, {}).get(name)
+        return check.like if check is not None else "missing"
+
+    raw: dict[str, str] = {}
+    for hunk in fix.hunks:
+        sides = {side(probe, name) for probe, name in hunk.observed()}
+        if sides & {"other", "missing"}:
+            raw[hunk.id] = "other" if "other" in sides else "missing"
+        elif sides == {"head"}:
+            raw[hunk.id] = "head"
+        elif sides == {"base"}:
+            raw[hunk.id] = "base"
+        else:
+            raw[hunk.id] = "mixed"
+    explained = {pf for hunk in fix.hunks if raw[hunk.id] == "base" for pf in hunk.observed()}
     out = []
     for hunk in fix.hunks:
-        sides = {
-            by_probe.get(probe, {}).get(name).like if name in by_probe.get(probe, {}) else "missing"
-            for probe, name in hunk.observed()
-        }
-        if sides == {"head"}:
-            like = "head"
-        elif sides == {"base"}:
-            like = "base"
-        elif sides & {"other", "missing"}:
-            like = "other" if "other" in sides else "missing"
-        else:
-            like = "mixed"
-        out.append(PathCheck(hunk.id, f"{hunk.file}: {hunk.function}", like, [f for _, f in hunk.observed()]))
+        like = raw[hunk.id]
+        fields = hunk.observed()
+        masking = ""
+        if like in ("mixed", "base"):
+            own = [pf for pf in fields if pf not in explained or like == "base"]
+            if like == "mixed":
+                unexplained_base = [pf for pf in own if side(*pf) == "base"]
+                if not unexplained_base:
+                    like = "head" if own else "masked"
+                    masking = " (its other fields are explained by a path like the base)"
+        where = f"{hunk.file}: {hunk.function}{masking}"
+        out.append(PathCheck(hunk.id, where, like, [f for _, f in fields]))
     return out
 
 
@@ -255,7 +279,8 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> Backp
             probes,
             paths,
         )
-    if len(base) == len(paths):
+    masked = [p for p in paths if p.like == "masked"]
+    if len(base) + len(masked) == len(paths):
         return verdict(
             "absent",
             f"every path the fix changes behaves like its base, the bug ({len(paths)}: "
@@ -271,4 +296,6 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> Backp
         parts.append("like base: " + ", ".join(p.describe() for p in base))
     if mixed:
         parts.append("mixed within the path: " + ", ".join(p.describe() for p in mixed))
+    if masked:
+        parts.append("not observable apart from a base-like path: " + ", ".join(p.hunk for p in masked))
     return verdict("partial", "; ".join(parts), probes, paths)
