@@ -64,7 +64,7 @@ def test_valid_matrix_loads(tmp_path: Path) -> None:
         ),
         (lambda t: t.replace("schema = 1", "schema = 7"), r"schema"),
         (
-            lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='a.py'\nfind='x'\nreplace=''\ntargets=['nope']\n",
+            lambda t: t + "[[fixes.mutations]]\nname='m'\nfile='sglang/a.py'\nfind='x'\nreplace=''\ntargets=['nope']\n",
             r"fix '38935'\.mutations\[0\]\.targets: 'nope' is not one of this fix's probes",
         ),
         (

@@ -17,9 +17,9 @@ from difflab.matrix.model import CommitPin, Fix, Hunk, Matrix, Mutation, ProbeSp
 
 SCHEMA = 2
 SCHEMAS = (1, 2)  # 1: before hunks and measurement channels; still read, so old bundles reproduce
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_GIT_SHA = re.compile(r"^[0-9a-f]{7,40}$")
-_PROBE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_GIT_SHA = re.compile(r"[0-9a-f]{7,40}")
+_PROBE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FIX_KEYS = {
     "id",
     "pr",
@@ -34,7 +34,7 @@ _FIX_KEYS = {
     "mutations",
     "hunks",
 }
-_HUNK_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_HUNK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class _Where:
@@ -71,7 +71,7 @@ def _release(w: _Where, version: str, raw: Any) -> ReleasePin:
     file = _str(w, f"{where}.file", table.get("file"))
     sha = _str(w, f"{where}.sha256", table.get("sha256"))
     assert file is not None and sha is not None
-    if not _SHA256.match(sha):
+    if not _SHA256.fullmatch(sha):
         raise w.fail(f"{where}.sha256", "expected 64 lowercase hex digits")
     if not file.endswith(".whl") or f"-{version}-" not in file:
         raise w.fail(f"{where}.file", f"expected a wheel file name for version {version}")
@@ -90,7 +90,7 @@ def _side(w: _Where, where: str, raw: Any, releases: dict[str, ReleasePin]) -> S
     value = _str(w, f"{where}.{key}", table[key])
     if key == "release" and value not in releases:
         raise w.fail(f"{where}.release", f"release {value!r} is not pinned under [releases]")
-    if key == "commit" and not _GIT_SHA.match(str(value)):
+    if key == "commit" and not _GIT_SHA.fullmatch(str(value)):
         raise w.fail(f"{where}.commit", "expected a hex git SHA (7-40 digits)")
     return SidePin(**{key: value})
 
@@ -104,7 +104,7 @@ def _probe(w: _Where, where: str, raw: Any, *, channels_required: bool = True) -
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     name = _str(w, f"{where}.name", table.get("name"))
     assert name is not None
-    if not _PROBE_NAME.match(name):
+    if not _PROBE_NAME.fullmatch(name):
         raise w.fail(f"{where}.name", f"{name!r} is not a probe module name")
     expect_raw = _table(w, f"{where}.expect", table.get("expect", {}))
     if not expect_raw:
@@ -171,7 +171,7 @@ def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> Hunk
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     hunk_id = _str(w, f"{where}.id", table.get("id"))
     assert hunk_id is not None
-    if not _HUNK_ID.match(hunk_id):
+    if not _HUNK_ID.fullmatch(hunk_id):
         raise w.fail(f"{where}.id", f"{hunk_id!r}: use lowercase letters, digits and '-'")
     file = _str(w, f"{where}.file", table.get("file"))
     function = _str(w, f"{where}.function", table.get("function"))
@@ -193,6 +193,12 @@ def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> Hunk
     return Hunk(id=hunk_id, file=file, function=function, change=change, fields=fields)
 
 
+def _inside_sglang(file: str) -> bool:
+    """A mutation rewrites this file in a copy of the source's ``sglang/`` tree: it must name one inside it."""
+    top, *rest = file.split("/")
+    return top == "sglang" and bool(rest) and all(part not in ("", ".", "..") for part in rest)
+
+
 def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dict[str, Hunk]) -> Mutation:
     table = _table(w, where, raw)
     unknown = set(table) - {"name", "file", "find", "replace", "targets", "hunks"}
@@ -205,8 +211,8 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dic
     if not isinstance(replace, str):
         raise w.fail(f"{where}.replace", "expected a string (may be empty)")
     assert name and file and find
-    if file.startswith("/") or ".." in Path(file).parts:
-        raise w.fail(f"{where}.file", "must be a path relative to the source root")
+    if not _inside_sglang(file):
+        raise w.fail(f"{where}.file", f"{file!r}: must be a relative path inside the source's sglang/ tree")
     reverted = table.get("hunks", [])
     if not isinstance(reverted, list) or not all(isinstance(h, str) for h in reverted):
         raise w.fail(f"{where}.hunks", "expected a list of hunk ids")
@@ -255,7 +261,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
             raise w.fail(f"{where}.commits", f"unknown side {side!r}")
         pin_t = _table(w, f"{where}.commits.{side}", pin)
         sha = _str(w, f"{where}.commits.{side}.sha", pin_t.get("sha"))
-        if not _GIT_SHA.match(str(sha)):
+        if not _GIT_SHA.fullmatch(str(sha)):
             raise w.fail(f"{where}.commits.{side}.sha", "expected a hex git SHA (7-40 digits)")
         confirmed = pin_t.get("confirmed")
         if not isinstance(confirmed, bool):

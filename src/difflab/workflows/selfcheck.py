@@ -19,6 +19,7 @@ from typing import Any
 
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.environment.shared import SharedEnvironment
+from difflab.errors import ConfigError
 from difflab.files.atomic import atomic_folder
 from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
@@ -63,9 +64,21 @@ class StaleMutation(Exception):  # noqa: N818 - an outcome, reported as mutation
     """The text a mutation expects is not in the head source (the code moved)."""
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
 def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | None = None) -> MaterialisedSource:
-    """A copy of ``source`` with ``mutation`` applied; the pristine cache is never modified."""
+    """A copy of ``source`` with ``mutation`` applied; the pristine cache is never modified.
+
+    The loader already refuses absolute and ``..`` paths; this is checked again here, after
+    links are resolved, because the edit rewrites a file: it must be one inside the copied tree.
+    """
     target_file = source.root / mutation.file
+    if not _inside(target_file, source.root / "sglang"):
+        raise ConfigError(
+            f"mutation {mutation.name!r}: file {mutation.file!r} is not inside the source's sglang/ tree; refused"
+        )
     if not target_file.is_file():
         raise StaleMutation(f"{mutation.file} does not exist in {source.label}")
     text = target_file.read_text()
@@ -82,6 +95,8 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
         with atomic_folder(dest) as tmp:
             shutil.copytree(source.root / "sglang", tmp / "sglang", copy_function=os.link)
             edited = tmp / mutation.file
+            if not _inside(edited, tmp):
+                raise ConfigError(f"mutation {mutation.name!r}: {mutation.file!r} leaves the mutated copy; refused")
             edited.unlink()  # break the hard link before writing
             edited.write_text(text.replace(mutation.find, mutation.replace))
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
