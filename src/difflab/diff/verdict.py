@@ -160,6 +160,8 @@ def judge_fix(
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix yet", [])
     diffs = [judge_probe(spec, base.get(spec.name), head.get(spec.name)) for spec in fix.probes]
+    if not base and not head:
+        return verdict("error", "no observation of this fix on either side (base and head missing)", diffs)
     worst = min(diffs, key=lambda d: _PRECEDENCE.index(d.verdict))
     if worst.verdict == "confirmed":
         return verdict("confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal", diffs)

@@ -49,8 +49,10 @@ def merge(
             raise ConfigError("no matrix.toml in the observed folders: pass --matrix")
         matrix_path = copies[0]
     matrix = load_matrix(matrix_path)
-    ids = sorted({o.fix for o in observations})
-    fixes = matrix.select(ids)
+    matrix.select(sorted({o.fix for o in observations}))  # an observation of a fix the matrix lacks: bad input
+    # Every fix of the matrix is judged: one whose cells left no observation is an error, never left out.
+    fixes = list(matrix.fixes)
+    ids = [f.id for f in fixes]
     labels = {(o.fix, o.side): label(o) for o in observations}
     verdicts = judge_all(fixes, observations, labels)
     record = RunRecord(command="merge", fixes=ids)
