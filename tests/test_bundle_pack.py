@@ -15,6 +15,7 @@ from difflab.bundle.verify import verify_path
 from difflab.cli import main
 from difflab.errors import ConfigError, VerificationFailed
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
+    SEALED_FILES,
     isolated_config,
     make_key,
     make_run_folder,
@@ -46,7 +47,7 @@ def test_archive_is_normalised(run_dir: Path) -> None:
         members = tar.getmembers()
     names = [m.name for m in members]
     assert names == sorted(names, key=lambda n: n.encode())
-    assert names == [f"run/{rel}" for rel in layout.scan(run_dir).files]
+    assert names == [f"run/{rel}" for rel in SEALED_FILES]
     assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {(RUN_EPOCH, 0, 0, "", "", 0o644)}
 
 

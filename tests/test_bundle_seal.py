@@ -22,6 +22,7 @@ from difflab.errors import ConfigError
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     GIT_BASE,
     OBSERVATION,
+    SEALED_FILES,
     WHEEL_20,
     isolated_config,
     make_key,
@@ -55,7 +56,7 @@ def test_seal_writes_the_bundle_layout(tmp_path: Path) -> None:
     ):
         assert (run_dir / rel).is_file(), rel
     assert (run_dir / layout.FINGERPRINT).read_text().strip() == info.fingerprint
-    assert info.key_source == "argument" and info.files == len(layout.scan(run_dir).files)
+    assert info.key_source == "argument" and info.files == 23 == len(SEALED_FILES)
     assert len(info.attestations) == 5
     assert info.fingerprint in (run_dir / layout.REPRODUCE).read_text()
     assert info.fingerprint in str(info)
@@ -67,7 +68,7 @@ def test_checksums_cover_every_file_sorted_bytewise_and_sha256sum_agrees(tmp_pat
     text = (run_dir / layout.CHECKSUMS).read_text()
     names = [line.split("  ", 1)[1] for line in text.splitlines()]
     assert names == sorted(names, key=lambda n: n.encode())
-    assert set(names) == set(layout.scan(run_dir).files) - {layout.CHECKSUMS}
+    assert names == [f for f in SEALED_FILES if f != "SHA256SUMS"]
     assert "REPRODUCE.md" in names and "attestations/run.intoto.json" in names
     for line in text.splitlines():
         digest, rel = line.split("  ", 1)
@@ -130,7 +131,9 @@ def test_run_statement_is_slsa_provenance_over_every_file(tmp_path: Path) -> Non
     body = payload(run_dir, layout.RUN_ENVELOPE)
     assert body["predicateType"] == "https://slsa.dev/provenance/v1"
     names = {s["name"] for s in body["subject"]}
-    assert names == set(layout.scan(run_dir).files) - layout.OUTSIDE_RUN_STATEMENT
+    # every file but the two written after signing: the verdicts (diff.json) and the summary are signed
+    assert names == set(SEALED_FILES) - {"SHA256SUMS", "attestations/run.intoto.json"}
+    assert {"diff.json", "summary.md", "junit.xml", "run.json", "matrix.toml"} <= names
     definition, details = body["predicate"]["buildDefinition"], body["predicate"]["runDetails"]
     assert definition["externalParameters"]["fixes"] == ["38935", "41404"]
     assert definition["externalParameters"]["matrix"]["sha256"] == "e" * 64

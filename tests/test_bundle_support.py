@@ -56,6 +56,38 @@ FIXES = {
     ),
 }
 OBSERVATION = "observations/38935/base/pr38935_admission.json"
+# Every file of the sealed synthetic run folder, bytewise sorted, written out (not derived from difflab.bundle.layout).
+RUN_FILES = [
+    "diff.json",
+    "environment.json",
+    "junit.xml",
+    "matrix.toml",
+    "observations/38935/base/pr38935_admission.json",
+    "observations/38935/base/pr38935_admission.log",
+    "observations/38935/head/pr38935_admission.json",
+    "observations/38935/head/pr38935_admission.log",
+    "observations/41404/base/pr41404_release.json",
+    "observations/41404/base/pr41404_release.log",
+    "observations/41404/head/pr41404_release.json",
+    "observations/41404/head/pr41404_release.log",
+    "run.json",
+    "summary.md",
+]
+SEALED_FILES = sorted(
+    [
+        *RUN_FILES,
+        "REPRODUCE.md",
+        "SHA256SUMS",
+        "attestations/38935/base.intoto.json",
+        "attestations/38935/head.intoto.json",
+        "attestations/41404/base.intoto.json",
+        "attestations/41404/head.intoto.json",
+        "attestations/run.intoto.json",
+        "keys/signing-key.fingerprint",
+        "keys/signing-key.pub",
+    ],
+    key=str.encode,
+)
 RUN_STARTED = "2026-03-01T10:00:00Z"
 RUN_FINISHED = "2026-03-01T10:05:00Z"
 
