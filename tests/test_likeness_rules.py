@@ -18,6 +18,7 @@ from difflab.diff.likeness import (
     FieldCheck,
     PathCheck,
     ProbeComparison,
+    _judge_paths,
     _path_checks,
     compare_probe,
     forced_notes,
@@ -449,3 +450,85 @@ def test_forced_notes_are_said_once_and_reach_the_verdict() -> None:
     seen["decode"].forced = [entry]
     assert judge_backport(PLAIN, seen).forced == [f"deferred decode KV release is on by default in this build ({ATTR})"]
     assert forced_notes({"a": observed({})}) == []
+
+
+# -- reasons that list several probes, fields or paths --------------------------------------------------------
+
+MANY = tuple(ProbeSpec(f"p{i}", {"a.x": (0, 1), "a.y": (0, 1)}, {"ok.x": 1}) for i in range(6))
+SIX = Fix(id="6", pr=6, title="six", base=SidePin(release="a"), head=SidePin(release="b"), probes=MANY)
+
+
+def test_partial_reasons_name_every_probe_of_each_kind() -> None:
+    kinds = {"p0": "head", "p1": "base", "p2": "mixed", "p3": "head", "p4": "base", "p5": "mixed"}
+    v = judge_backport(
+        SIX, fork(SIX, lambda p, f: kinds[p] if kinds[p] != "mixed" else ("base" if f == "a.y" else "head"))
+    )
+    assert (v.verdict, v.reason) == (
+        "partial",
+        "like head: p0, p3; like base: p1, p4; mixed within the probe: p2, p5",
+    )
+    assert len(v.probes) == 6 and v.paths == []
+
+
+def test_present_and_absent_keep_every_probe_comparison() -> None:
+    for side_of, verdict in ((head_everywhere, "present"), (base_everywhere, "absent")):
+        v = judge_backport(SIX, fork(SIX, side_of))
+        assert v.verdict == verdict and [p.probe for p in v.probes] == [f"p{i}" for i in range(6)]
+        assert v.paths == []
+        v = judge_backport(DOOR, fork(DOOR, side_of))
+        assert v.verdict == verdict and [p.probe for p in v.probes] == [PREFILL, DECODE] and len(v.paths) == 7
+
+
+def test_a_mixed_probe_names_every_field_of_each_side() -> None:
+    spec = ProbeSpec("p", {"a.w": (0, 1), "a.x": (0, 1), "a.y": (0, 1), "a.z": (0, 1)}, {})
+    obs = Observation(
+        fix="1", probe="p", side="fork", source={}, status="ok", fields={"a.w": 1, "a.x": 0, "a.y": 1, "a.z": 0}
+    )
+    assert compare_probe(spec, obs).reason == "head-like: a.w, a.y; base-like: a.x, a.z"
+
+
+def test_untrusted_comparisons_keep_their_observation() -> None:
+    spec = SPECS[0]
+    crashed = observed({"rejected.enqueued": True}, "error", "boom")
+    drifted = observed({"rejected.enqueued": False, "rejected.retired": True, "valid.enqueued": False})
+    assert compare_probe(spec, crashed).observation is crashed
+    assert compare_probe(spec, drifted).observation is drifted
+
+
+def test_two_paths_like_the_base_are_both_named() -> None:
+    group = {"rejected_group.group_retired", "rejected_group.live_groups"}
+    v = judge_backport(DOOR, fork(DOOR, lambda p, f: "base" if p == DECODE or f in group else "head"))
+    assert f"like base: decode-door ({WHERE['decode-door']}), retire-group ({WHERE['retire-group']})" in v.reason
+
+
+def test_a_path_the_probes_cannot_speak_for_is_an_error() -> None:
+    """Defensive: compare_probe already turns such fields into a probe error; the path judgment says so too."""
+    fix = Fix(
+        id="1",
+        pr=1,
+        title="t",
+        base=SidePin(release="a"),
+        head=SidePin(release="b"),
+        probes=(),
+        hunks=(hunk("odd", {"p": ("a",)}), hunk("gone", {"p": ("c",)}), hunk("fine", {"p": ("b",)})),
+    )
+
+    def verdict(v: str, reason: str, probes: list, paths: list) -> BackportVerdict:
+        return BackportVerdict(1, "1", None, "t", v, reason, probes, paths=paths)
+
+    probes = [comparison("p", {"a": "other", "b": "head", "c": "missing"})]
+    v = _judge_paths(fix, probes, verdict)
+    assert (v.verdict, v.reason) == ("error", "path(s) with no usable observation: odd, gone")
+    assert v.probes is probes and [p.hunk for p in v.paths] == ["odd", "gone", "fine"]
+
+
+def test_switch_words_take_the_last_attribute_name() -> None:
+    entry = {
+        "attribute": "scheduler.prefill_kv_mgr.enable_deferred_decode_kv_release",
+        "value": True,
+        "build_default": True,
+    }
+    assert forced_notes(forced(entry)) == [
+        "deferred decode KV release is on by default in this build "
+        "(scheduler.prefill_kv_mgr.enable_deferred_decode_kv_release)"
+    ]

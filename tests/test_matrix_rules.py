@@ -407,6 +407,7 @@ def test_fix_and_file_rules(tmp_path: Path, text: str, message: str | None) -> N
 
 
 def test_valid_variants_load(tmp_path: Path) -> None:
+    assert load_matrix(write(tmp_path, edit("pr = 38935", "pr = 1"))).fixes[0].pr == 1
     for head in ('{ commit = "8f3d694" }', '{ commit = "8f3d6944b76c428d884582cb6c82a39db1465360" }'):
         m = load_matrix(write(tmp_path, edit('head = { release = "0.5.21" }', f"head = {head}")))
         assert m.fixes[0].head.commit == head.split('"')[1]
@@ -473,6 +474,12 @@ EXPECT0 = '[fixes.probes.expect]\n"rejected.enqueued" = [true, false]\n"rejected
                 "[fixes.probes.expect]\n",
             ),
             f"{P0}.expect: a probe must declare at least one field the fix changes",
+        ),
+        (
+            probe0(
+                'name = "pr38935_prefill_door"\n', 'name = "pr38935_prefill_door"\nexpect = "rejected.enqueued"\n'
+            ).replace(EXPECT0, "", 1),
+            f"{P0}.expect: expected a table, got str",
         ),
         (
             probe0('"rejected.enqueued" = [true, false]', '"rejected.enqueued" = [true]'),
@@ -594,6 +601,10 @@ H0 = "fix '38935'.hunks[0]"
         ),
         (
             hunk0('fields = { pr38935_prefill_door = ["rejected.enqueued", "rejected.final_retired"] }', "fields = {}"),
+            f"{H0}.fields: name the probe fields that observe this path ({{probe = [fields]}})",
+        ),
+        (
+            hunk0('fields = { pr38935_prefill_door = ["rejected.enqueued", "rejected.final_retired"] }\n', ""),
             f"{H0}.fields: name the probe fields that observe this path ({{probe = [fields]}})",
         ),
         (
@@ -857,3 +868,33 @@ def test_gpu_plans_refuse_a_matrix_changed_since_it_was_loaded(tmp_path: Path) -
     with pytest.raises(ConfigError) as err:
         load_gpu_plans(m)
     assert str(err.value) == f"{m.path}: changed since it was loaded; run again"
+
+
+def test_a_channel_is_everything_after_the_scenario(tmp_path: Path) -> None:
+    """``rejected.kv.freed`` measures ``kv.freed``: a control on ``freed`` alone measures something else."""
+    text = probe0('"rejected.enqueued" = [true, false]', '"rejected.kv.freed" = [0, 1]').replace(
+        '["rejected.enqueued", "rejected.final_retired"]', '["rejected.kv.freed", "rejected.final_retired"]'
+    )
+    assert refused(tmp_path, text.replace('"valid.enqueued" = true', '"valid.freed" = 1')) == (
+        f"{P0}.expect.'rejected.kv.freed': no control measures 'kv.freed': add a control scenario's "
+        "'<scenario>.kv.freed' (or map the field in channels)"
+    )
+    loaded = load_matrix(write(tmp_path, text.replace('"valid.enqueued" = true', '"valid.kv.freed" = 1')))
+    assert loaded.fixes[0].probes[0].controls == {"valid.kv.freed": 1, "valid.retired": False}
+
+
+def test_a_matrix_of_commits_needs_no_releases(tmp_path: Path) -> None:
+    text = "schema = 2\n" + SAMPLE[SAMPLE.index("[[fixes]]") : SAMPLE.index(ROOM)]
+    text = text.replace('base = { release = "0.5.20" }', 'base = { commit = "17ba2c2e" }').replace(
+        'head = { release = "0.5.21" }', 'head = { commit = "8f3d6944" }'
+    )
+    m = load_matrix(write(tmp_path, text))
+    assert m.releases == {} and (m.fixes[0].base.commit, m.fixes[0].head.commit) == ("17ba2c2e", "8f3d6944")
+
+
+def test_select_by_an_id_that_starts_like_a_label(tmp_path: Path) -> None:
+    from difflab.matrix.model import Matrix
+
+    fix = Fix(id="X1", pr=5, title="t", base=SidePin(release="a"), head=SidePin(release="b"), probes=())
+    matrix = Matrix(path=tmp_path / "m.toml", sha256="0" * 64, releases={}, fixes=(fix,))
+    assert matrix.select(["X1"]) == matrix.select(["#X1"]) == matrix.select(["#5"]) == [fix]

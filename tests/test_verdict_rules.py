@@ -450,4 +450,5 @@ def test_expected_unavailable_is_recorded_for_either_side() -> None:
 
 def test_same_is_strict_json_equality_whatever_the_key_order() -> None:
     assert same({"a": 1, "b": [2, {"c": 3, "d": 4}]}, {"b": [2, {"d": 4, "c": 3}], "a": 1})
+    assert same({"b": 1, "a": 2}, {"b": 1, "a": 2}) and same({"b": 1, "a": 2}, {"a": 2, "b": 1})
     assert not same({"a": 1}, {"a": True}) and not same([1, 2], [2, 1]) and not same("é", "e")

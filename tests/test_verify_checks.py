@@ -62,11 +62,8 @@ def pinned(run_dir: Path) -> list[str]:
 class Resealed:
     """The published bundle's content sealed with a throwaway key, so tampered statements can be re-signed."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.root = Path(shutil.copytree(PUBLISHED, tmp_path / "upstream"))
-        private, self.public = make_key(tmp_path / "keys")
-        self.signing = keys.resolve_signing_key(private, {})
-        seal_with(self.root, self.signing, sigstore=False, echo=lambda _m: None, environ={})
+    def __init__(self, root: Path, public: Path, signing: keys.SigningKey) -> None:
+        self.root, self.public, self.signing = root, public, signing
 
     def problems(self) -> list[str]:
         return problems_of(verify_folder(self.root, trust.build(key_files=[self.public])))
@@ -88,9 +85,21 @@ class Resealed:
         write_checksums(self.root)
 
 
+@pytest.fixture(scope="module")
+def resealed_template(tmp_path_factory: pytest.TempPathFactory) -> Resealed:
+    """Sealed once per module; each test tampers with its own copy."""
+    base = tmp_path_factory.mktemp("resealed")
+    root = Path(shutil.copytree(PUBLISHED, base / "upstream"))
+    private, public = make_key(base / "keys")
+    signing = keys.resolve_signing_key(private, {})
+    seal_with(root, signing, sigstore=False, echo=lambda _m: None, environ={})
+    return Resealed(root, public, signing)
+
+
 @pytest.fixture
-def resealed(tmp_path: Path) -> Resealed:
-    return Resealed(tmp_path)
+def resealed(resealed_template: Resealed, tmp_path: Path) -> Resealed:
+    root = Path(shutil.copytree(resealed_template.root, tmp_path / "upstream"))
+    return Resealed(root, resealed_template.public, resealed_template.signing)
 
 
 def sums_lines(run_dir: Path) -> list[str]:
@@ -307,7 +316,7 @@ def test_a_run_statement_of_another_predicate_type(resealed: Resealed) -> None:
 
 def test_a_run_statement_subject_with_an_unsafe_name(resealed: Resealed) -> None:
     subject = {"name": "../outside", "digest": {"sha256": "3" * 64}}
-    resealed.resign(RUN_ENV, lambda body: body["subject"].append(subject))
+    resealed.resign(RUN_ENV, lambda body: body["subject"].insert(0, subject))  # the subjects after it still count
     assert resealed.problems() == [f"{RUN_ENV}: subject with unsafe name '../outside'"]
 
 
@@ -545,3 +554,59 @@ def test_write_lists_everything_but_itself(tmp_path: Path) -> None:
     assert checksums.digests(tmp_path, ["a.txt"]) == {
         "a.txt": "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7"
     }
+
+
+def test_a_predicate_that_is_not_an_object_attests_nothing(resealed: Resealed) -> None:
+    resealed.resign(DOOR_ENV, lambda body: body.update(predicate=["not", "an", "object"]))
+    assert resealed.problems() == [
+        f"{DECODE_OBS}: not attested by {DOOR_ENV}",
+        f"{PREFILL_OBS}: not attested by {DOOR_ENV}",
+    ]
+
+
+def test_every_carried_key_is_named_when_none_is_trusted(published: Path, tmp_path: Path) -> None:
+    _, other = make_key(tmp_path / "other")
+    shutil.copy(other, published / "keys" / "other.pub")
+    other_fp = keys.fingerprint(keys.load_public_key(other.read_bytes(), "other"))
+    report = verify_folder(published, trust.build(fingerprints=["sha256:" + "0" * 64]))
+    first = sorted([FINGERPRINT, other_fp])
+    assert [p.message for p in report.problems if p.path == layout.PUBLIC_KEY] == [
+        f"the bundle carries key {first[0]}, {first[1]}, which you have not trusted (trust: "
+        f"--fingerprint sha256:{'0' * 64}); check the fingerprint with the publisher, then pass "
+        f"--fingerprint {first[0]}, or pass --key with their public key"
+    ]
+    assert report.envelopes == ENVELOPES and report.signers == set()
+
+
+def test_only_key_files_are_read_as_keys(published: Path) -> None:
+    (published / "keys" / "notes.txt").write_text("not a key\n")
+    write_sums(published, [*sums_lines(published), f"{digest(published, 'keys/notes.txt')}  keys/notes.txt"])
+    assert pinned(published) == [f"keys/notes.txt: not covered by the signed run statement ({RUN_ENV})"]
+
+
+def test_envelopes_are_the_statements_under_attestations_only(resealed: Resealed) -> None:
+    (resealed.root / layout.SIGSTORE_BUNDLE).write_text("{}\n")
+    (resealed.root / "notes.intoto.json").write_text("{}\n")
+    write_checksums(resealed.root)
+    report = verify_folder(resealed.root, trust.build(key_files=[resealed.public]))
+    assert report.envelopes == ENVELOPES
+    assert problems_of(report) == [f"notes.intoto.json: not covered by the signed run statement ({RUN_ENV})"]
+
+
+def test_without_a_trust_policy_problems_are_sorted_and_once(published: Path) -> None:
+    for rel in ("summary.md", "diff.json"):
+        (published / rel).write_text("changed\n")
+    lines = sums_lines(published)
+    write_sums(published, [*lines, lines[0], lines[0]])  # REPRODUCE.md three times: the same problem twice
+    report = verify_folder(published, None)
+    assert [(p.path, p.message.split(" ")[0]) for p in report.problems] == [
+        ("REPRODUCE.md", "listed"),
+        ("diff.json", "sha256"),
+        ("summary.md", "sha256"),
+    ]
+
+
+def test_render_accepts_ordinary_names() -> None:
+    assert checksums.render({"X.txt": "0" * 64, "a b/c-d_e.json": "1" * 64}) == (
+        f"{'0' * 64}  X.txt\n{'1' * 64}  a b/c-d_e.json\n"
+    )

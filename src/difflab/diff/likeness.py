@@ -54,9 +54,7 @@ class ProbeComparison:
     observation: Observation | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["observation"] = self.observation.to_dict() if self.observation else None
-        return data
+        return asdict(self)  # the observation too, as Observation.to_dict writes it
 
 
 @dataclass

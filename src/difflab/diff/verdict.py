@@ -47,10 +47,7 @@ class ProbeDiff:
     head: Observation | None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["base"] = self.base.to_dict() if self.base else None
-        data["head"] = self.head.to_dict() if self.head else None
-        return data
+        return asdict(self)  # the observations too, as Observation.to_dict writes them
 
 
 @dataclass
