@@ -2,11 +2,13 @@
 
 ``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
 out per fix x side (one CI job each) and ``nox -s merge`` turns their
-observations into verdicts. ``nox -s tests`` runs the test suite.
+observations into verdicts. ``nox -s tests`` runs the test suite. ``nox -s mutation``
+(nightly) measures how many small edits to the judging core the fast tests catch.
 """
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -76,3 +78,16 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation score of the judging core (mutmut, settings in pyproject.toml); fails below 90 %.
+
+    Too slow for every push (several minutes on 2 cores): the nightly job runs it, and a fixed sample
+    of mutants runs with the tests (tests/test_mutation_examples.py). Arguments go to ``mutmut run``.
+    """
+    _install(session, "[dev,mutation]")
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # mutmut never refreshes its copy of unmutated files
+    session.run("nice", "-n", "10", "mutmut", "run", *session.posargs, external=True)
+    session.run("python", "ci/mutation_score.py")

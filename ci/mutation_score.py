@@ -1,0 +1,170 @@
+"""The mutation score of the judging core, from the results a ``mutmut run`` left in ``mutants/``.
+
+Prints the score per module and overall, then every mutant that no test killed and that the allowlist
+(``ci/mutation-allowlist.toml``) does not explain as equivalent. Exit status 1 when the score is below
+the threshold; an allowlist entry that matches no surviving mutant is reported as stale (fix or drop it).
+
+An allowlist entry names the module, the function, and the exact lines the mutant changes (as mutmut
+shows them: ``-`` before, ``+`` after), never mutmut's numbered mutant names, which shift whenever a
+function changes. Run from the repository root: ``python ci/mutation_score.py`` (``nox -s mutation``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOWLIST = ROOT / "ci" / "mutation-allowlist.toml"
+THRESHOLD = 90.0
+# mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code); anything else is "suspicious".
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 37: "killed"}
+STATUS.update(dict.fromkeys((24, -24, 36, 152, 255), "timeout"))
+DETECTED = {"killed", "timeout"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    module: str
+    function: str
+    status: str
+    removed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+
+    def key(self) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+        return (self.module, self.function, self.removed, self.added)
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    module: str
+    function: str
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+    reason: str
+
+    def key(self) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+        return (self.module, self.function, self.removed, self.added)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``difflab.diff.verdict.x_judge_probe__mutmut_3`` -> (``difflab.diff.verdict``, ``judge_probe``);
+    methods are ``xǁClassǁmethod`` -> ``Class.method``."""
+    module, _, generated = name.rpartition(".")
+    function = generated.rsplit("__mutmut_", 1)[0]
+    if function.startswith("xǁ"):
+        function = ".".join(part for part in function[2:].split("ǁ") if part)
+    else:
+        function = function.removeprefix("x_")
+    return module, function
+
+
+def results(mutants_dir: Path) -> dict[str, tuple[str, str]]:
+    """Mutant name -> (status, source file), from mutmut's per-file ``.meta`` records."""
+    found: dict[str, tuple[str, str]] = {}
+    for meta in sorted(mutants_dir.glob("src/**/*.py.meta")):
+        source = meta.relative_to(mutants_dir).as_posix().removesuffix(".meta")
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            found[name] = ("not checked" if code is None else STATUS.get(code, "suspicious"), source)
+    return found
+
+
+def changed_lines(name: str, source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The lines the mutant removes and adds, stripped (from mutmut's own diff)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    diff = get_diff_for_mutant(name, path=source).splitlines()
+    body = [line for line in diff if not line.startswith(("---", "+++", "@@"))]
+    removed = tuple(line[1:].strip() for line in body if line.startswith("-"))
+    added = tuple(line[1:].strip() for line in body if line.startswith("+"))
+    return removed, added
+
+
+def load_allowlist(path: Path) -> list[Equivalent]:
+    data = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    entries = []
+    for i, raw in enumerate(data.get("equivalent", [])):
+        missing = {"module", "function", "removed", "added", "reason"} - set(raw)
+        if missing or not str(raw.get("reason", "")).strip():
+            raise SystemExit(f"{path}: equivalent[{i}]: needs module, function, removed, added and a reason")
+        entries.append(
+            Equivalent(raw["module"], raw["function"], tuple(raw["removed"]), tuple(raw["added"]), raw["reason"])
+        )
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
+    parser.add_argument("--allowlist", type=Path, default=ALLOWLIST)
+    parser.add_argument("--threshold", type=float, default=THRESHOLD)
+    args = parser.parse_args(argv)
+
+    statuses = results(args.mutants)
+    if not statuses:
+        print(f"no mutmut results under {args.mutants}: run `mutmut run` first", file=sys.stderr)
+        return 2
+    allow = load_allowlist(args.allowlist)
+    allowed = {e.key(): e for e in allow}
+    used: set[tuple] = set()
+    survivors: list[Mutant] = []
+    equivalent = 0
+    per_module: dict[str, Counter[str]] = {}
+    for name, (status, source) in sorted(statuses.items()):
+        module, function = split_name(name)
+        per_module.setdefault(module, Counter())[status] += 1
+        if status in DETECTED:
+            continue
+        if status == "not checked":  # an interrupted pass: counted as not killed, not diffed
+            survivors.append(Mutant(name, module, function, status))
+            continue
+        mutant = Mutant(name, module, function, status, *changed_lines(name, source))
+        if mutant.key() in allowed:
+            used.add(mutant.key())
+            per_module[module]["equivalent"] += 1
+            equivalent += 1
+        else:
+            survivors.append(mutant)
+
+    print(f"{'module':34} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'left':>5} {'score':>7}")
+    for module, counts in sorted(per_module.items()):
+        total = sum(v for k, v in counts.items() if k != "equivalent")
+        killed = sum(counts[s] for s in DETECTED)
+        left = total - killed - counts["equivalent"]
+        score = 100.0 * killed / max(1, total - counts["equivalent"])
+        print(f"{module:34} {total:8} {killed:7} {counts['equivalent']:7} {left:5} {score:6.1f}%")
+    total = len(statuses)
+    killed = sum(1 for s, _ in statuses.values() if s in DETECTED)
+    score = 100.0 * killed / max(1, total - equivalent)
+    where = args.allowlist.relative_to(ROOT) if args.allowlist.is_relative_to(ROOT) else args.allowlist
+    print(
+        f"\nmutation score: {score:.1f}% ({killed} of {total - equivalent} non-equivalent mutants killed; "
+        f"{equivalent} equivalent, allowlisted in {where}; "
+        f"raw {100.0 * killed / total:.1f}% of {total}); threshold {args.threshold:.0f}%"
+    )
+    if survivors:
+        print(f"\n{len(survivors)} mutant(s) no test killed (kill each with a test, or explain it as equivalent):")
+        for m in survivors:
+            print(f"  {m.name} [{m.status}]  ({m.module}: {m.function})")
+            for line in m.removed:
+                print(f"      - {line}")
+            for line in m.added:
+                print(f"      + {line}")
+    stale = [e for e in allow if e.key() not in used]
+    if stale:
+        print(
+            f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):"
+        )
+        for e in stale:
+            print(f"  {e.module}: {e.function}: {' / '.join(e.added)}")
+    return 0 if score >= args.threshold else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
