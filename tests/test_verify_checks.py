@@ -65,8 +65,11 @@ class Resealed:
     def __init__(self, root: Path, public: Path, signing: keys.SigningKey) -> None:
         self.root, self.public, self.signing = root, public, signing
 
+    def report(self) -> VerifyReport:
+        return verify_folder(self.root, trust.build(key_files=[self.public]))
+
     def problems(self) -> list[str]:
-        return problems_of(verify_folder(self.root, trust.build(key_files=[self.public])))
+        return problems_of(self.report())
 
     def statement(self, rel: str) -> dict:
         return json.loads(base64.b64decode(json.loads((self.root / rel).read_text())["payload"]))
@@ -124,7 +127,7 @@ def published_digest(rel: str) -> str:
 def test_the_published_copy_verifies_and_the_report_counts_what_it_checked(published: Path) -> None:
     report = verify_folder(published, trust.build(fingerprints=[FINGERPRINT]))
     assert problems_of(report) == [] and report.ok
-    assert report.files == 44
+    assert report.target == published and report.files == 44
     assert report.envelopes == ENVELOPES
     assert report.signers == {FINGERPRINT}
     assert report.notes == []
@@ -272,8 +275,10 @@ def test_a_keyless_signature_is_noted(resealed: Resealed) -> None:
 def test_an_envelope_that_is_not_json(resealed: Resealed) -> None:
     (resealed.root / DOOR_ENV).write_text("{not json")
     resealed.refresh()
-    (found,) = resealed.problems()
+    report = resealed.report()
+    (found,) = problems_of(report)
     assert found.startswith(f"{DOOR_ENV}: not a JSON envelope (")
+    assert report.envelopes == ENVELOPES  # the envelopes after it are still opened
 
 
 def test_an_envelope_signed_by_another_key(resealed: Resealed, tmp_path: Path) -> None:
@@ -290,14 +295,18 @@ def test_an_envelope_signed_by_another_key(resealed: Resealed, tmp_path: Path) -
 @pytest.mark.parametrize("rel", [RUN_ENV, DOOR_ENV])
 def test_an_envelope_whose_payload_type_is_not_in_toto(resealed: Resealed, rel: str) -> None:
     resealed.resign(rel, lambda _body: None, payload_type="application/json")
-    assert resealed.problems() == [f"{rel}: payloadType 'application/json' is not application/vnd.in-toto+json"]
+    report = resealed.report()
+    assert problems_of(report) == [f"{rel}: payloadType 'application/json' is not application/vnd.in-toto+json"]
+    assert report.envelopes == ENVELOPES and report.signers == {resealed.signing.fingerprint}
 
 
 def test_a_payload_that_is_not_a_statement(resealed: Resealed) -> None:
     resealed.resign(DOOR_ENV, lambda body: body.update(_type="https://example.com/Other"))
-    assert resealed.problems() == [
+    report = resealed.report()
+    assert problems_of(report) == [
         f"{DOOR_ENV}: payload is not an in-toto Statement v1 (_type https://in-toto.io/Statement/v1)"
     ]
+    assert report.envelopes == ENVELOPES
 
 
 # -- the run statement --------------------------------------------------------------------------------------------
@@ -401,6 +410,40 @@ def test_a_probe_entry_with_an_unsafe_observation_name(resealed: Resealed, name:
     assert resealed.problems() == [f"{DOOR_ENV}: probe entry with unsafe observation name {name!r}"]
 
 
+def test_entries_after_an_unsafe_one_are_still_checked(resealed: Resealed) -> None:
+    def edit(body: dict) -> None:
+        body["predicate"]["probes"].insert(0, {"observation": {"name": "../outside.json"}})
+        probe_entry(body, DECODE_OBS).update(status="error")
+
+    resealed.resign(DOOR_ENV, edit)
+    assert resealed.problems() == [
+        f"{DOOR_ENV}: probe entry with unsafe observation name '../outside.json'",
+        f"{DECODE_OBS}: status differs from what {DOOR_ENV} attests",
+    ]
+
+
+def test_an_entry_naming_a_link_is_never_read_through_it(resealed: Resealed) -> None:
+    link = "observations/38935/base/linked.json"
+    (resealed.root / link).symlink_to("pr38935_decode_door.json")
+
+    def edit(body: dict) -> None:
+        entry = json.loads(json.dumps(probe_entry(body, DECODE_OBS)))
+        entry["observation"]["name"], entry["status"] = link, "error"
+        body["predicate"]["probes"].append(entry)
+
+    resealed.resign(DOOR_ENV, edit)
+    assert resealed.problems() == [
+        f"{link}: attested by {DOOR_ENV} but missing",
+        f"{link}: is a link or special file; bundles hold plain files",
+    ]
+
+
+def test_an_observation_that_is_not_a_json_object_is_only_a_digest_mismatch(resealed: Resealed) -> None:
+    (resealed.root / DECODE_OBS).write_text("[]\n")
+    resealed.refresh()
+    assert resealed.problems() == [f"{DECODE_OBS}: sha256 does not match the digest attested in {DOOR_ENV}"]
+
+
 def test_an_attested_observation_digest_that_does_not_match(resealed: Resealed) -> None:
     resealed.resign(
         DOOR_ENV, lambda body: probe_entry(body, DECODE_OBS)["observation"]["digest"].update(sha256="5" * 64)
@@ -447,9 +490,19 @@ def test_a_sourceless_observation_must_be_a_subject_of_its_statement(resealed: R
 
 
 def test_a_subject_that_is_not_the_recorded_source(resealed: Resealed) -> None:
-    resealed.resign(DOOR_ENV, lambda body: body["subject"][0]["digest"].update(sha256="9" * 64))
+    """Signed, but not canonical: the message still shows every subject digest with its keys sorted."""
+    body = resealed.statement(DOOR_ENV)
+    body["subject"] = [
+        {"name": "a.whl", "digest": {"sha256": "9" * 64}},
+        {"name": "b", "digest": {"sha256": "8" * 64, "gitCommit": "a" * 40}},
+    ]
+    payload = json.dumps(body).encode()  # keys in insertion order, as another signer might write them
+    envelope = dsse.sign(payload, resealed.signing.private, resealed.signing.fingerprint)
+    (resealed.root / DOOR_ENV).write_bytes(dsse.serialise(envelope))
+    resealed.refresh()
     wheel = json.loads((resealed.root / DECODE_OBS).read_text())["source"]["sha256"]
-    expected, forged = f'{{"sha256": "{wheel}"}}', f'{{"sha256": "{"9" * 64}"}}'
+    expected = f'{{"sha256": "{wheel}"}}'
+    forged = f'{{"sha256": "{"9" * 64}"}}; {{"gitCommit": "{"a" * 40}", "sha256": "{"8" * 64}"}}'
     assert resealed.problems() == [
         f"{DOOR_ENV}: subject digest {forged} does not match the source recorded in {DECODE_OBS} ({expected})",
         f"{DOOR_ENV}: subject digest {forged} does not match the source recorded in {PREFILL_OBS} ({expected})",
