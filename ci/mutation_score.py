@@ -148,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{equivalent} equivalent, allowlisted in {where}; "
         f"raw {100.0 * killed / total:.1f}% of {total}); threshold {args.threshold:.0f}%"
     )
+    unchecked = [m for m in survivors if m.status == "not checked"]
+    survivors = [m for m in survivors if m.status != "not checked"]
+    if unchecked:
+        print(f"\n{len(unchecked)} mutant(s) not checked: a partial pass (mutant names given, or interrupted)")
     if survivors:
         print(f"\n{len(survivors)} mutant(s) no test killed (kill each with a test, or explain it as equivalent):")
         for m in survivors:
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in m.added:
                 print(f"      + {line}")
     stale = [e for e in allow if e.key() not in used]
-    if stale:
+    if stale and not unchecked:
         print(
             f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):"
         )
