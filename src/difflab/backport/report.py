@@ -80,6 +80,11 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
             lines.append(f"- ⚠️ {_cell(warning)}")
         for note in v.evidence.get("notes") or []:
             lines.append(f"- evidence: {_cell(note)}")
+        for note in v.forced:
+            lines.append(f"- forced by the probe: {_cell(note)}")
+        if v.paths:
+            lines += ["", "| path | where | behaves like |", "|---|---|---|"]
+            lines += [f"| `{path.hunk}` | {_cell(path.where)} | {path.like} |" for path in v.paths]
         for p in v.probes:
             lines += [
                 "",
