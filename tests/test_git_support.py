@@ -2,7 +2,7 @@
 
 Holds no tests; test_git_* and test_backport* import from it.
 
-``upstream``: one commit per release (0.5.19 - 0.5.22) on ``main``, each the
+``upstream``: one commit per release (0.5.19 - 0.5.22; the fork corpus adds 0.5.23) on ``main``, each the
 whole unpacked ``sglang/`` of the hash-pinned wheel under ``python/sglang``,
 with squash-merge subjects ending ``(#N)``: 0.5.20 is #36988's merge, 0.5.21
 #38935's, 0.5.22 #43719's (#41404 has none: it stays unresolved). 0.5.21 adds
@@ -37,12 +37,19 @@ from difflab.source.release import ReleaseSource
 
 BUILDER_VERSION = "3"
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22")
-DATES = {"0.5.19": "2026-09-04", "0.5.20": "2026-09-18", "0.5.21": "2026-10-01", "0.5.22": "2026-10-15"}
+DATES = {
+    "0.5.19": "2026-09-04",
+    "0.5.20": "2026-09-18",
+    "0.5.21": "2026-10-01",
+    "0.5.22": "2026-10-15",
+    "0.5.23": "2026-10-30",
+}
 SUBJECTS = {
     "0.5.19": "[Release] Bump version to 0.5.19 (#35102)",
     "0.5.20": "[VLM] Retire aborted disaggregated prefill results (#36988)",
     "0.5.21": "[PD] Do not admit intake-rejected requests to a PD handoff (#38935)",
     "0.5.22": "[PD] A failed Mooncake send never acks the drain (#43719)",
+    "0.5.23": "[Release] Bump version to 0.5.23 (#44810)",
 }
 UPSTREAM_TEST = "test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py"
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
@@ -143,11 +150,11 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
     return proc.stdout.strip()
 
 
-def release_trees() -> dict[str, Path]:
+def release_trees(versions: tuple[str, ...] = RELEASES) -> dict[str, Path]:
     """The unpacked ``sglang/`` of each pinned release (downloaded and sha256-checked by ReleaseSource)."""
     matrix = load_matrix(default_matrix())
     source = ReleaseSource(matrix.releases)
-    return {v: source.release(v).root / "sglang" for v in RELEASES}
+    return {v: source.release(v).root / "sglang" for v in versions}
 
 
 def repos_key() -> str:
@@ -177,12 +184,13 @@ def _serve(repo: Path) -> None:
         git(repo, "config", key, "true")
 
 
-def build_upstream(dest: Path, trees: dict[str, Path]) -> dict[str, str]:
+def build_upstream(dest: Path, trees: dict[str, Path], releases: tuple[str, ...] = RELEASES) -> dict[str, str]:
+    """``main`` with one squash-merge-style commit per release of ``releases`` (in order)."""
     dest.mkdir(parents=True)
     git(dest, "init", "--quiet", "--initial-branch=main")
     (dest / "README.md").write_text("# sglang (difflab test repository built from release wheels)\n")
     commits = {}
-    for v in RELEASES:
+    for v in releases:
         extra = {UPSTREAM_TEST: ADMISSION_TEST} if v >= "0.5.21" else None
         commits[v] = _commit_tree(dest, trees[v], SUBJECTS[v], DATES[v], extra)
     git(dest, "repack", "-adq")
