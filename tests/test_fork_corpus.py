@@ -72,15 +72,15 @@ def corpus_matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def one_runner_per_worker() -> Iterator[None]:
     """Every ``backport`` of this worker shares one runner: one warm hub imports SGLang's
     dependencies once for the whole corpus instead of once per fork (~6 s each)."""
-    from difflab.backport import run as backport_run
     from difflab.runner import build_runner
+    from difflab.workflows import backport as backport_run
 
     built: dict[tuple[Any, ...], Any] = {}
 
-    def shared(name: str, environment: Any, use_cache: bool, **options: Any) -> Any:
+    def shared(name: str, environment: Any, use_cache: bool, say: Any = None, **options: Any) -> Any:
         key = (name, use_cache, environment.digest, tuple(sorted(options.items())))
         if key not in built:
-            built[key] = build_runner(name, environment, use_cache, **options)
+            built[key] = build_runner(name, environment, use_cache, say, **options)
         return built[key]
 
     mp = pytest.MonkeyPatch()
