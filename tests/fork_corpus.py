@@ -1410,9 +1410,11 @@ CORPUS: tuple[ForkSpec, ...] = (
                 "                ):\n",
             ),
         ),
-        expect={"41404": "absent"},
+        expect={"41404": "partial"},
         why="flag-init-off: the notify-and-hold for failures decode did not initiate behind a flag "
-        "DecodeTransferQueue.__init__ sets from a new EnvBool(False): by default such failures release at once",
+        "DecodeTransferQueue.__init__ sets from a new EnvBool(False): by default such failures release at once "
+        "(base-like), while the fork keeps the fix's other path, the receiver arming its drain tracker before it "
+        "sends ABORT (head-like): partial, not absent",
     ),
     ForkSpec(
         name="41404-gated-environ-on",
