@@ -129,3 +129,24 @@ def test_gpu_testserver_on_a_plain_install(plain, tmp_path: Path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "needs numpy, which is not installed: pip install 'sglang-difflab[stats]'" in proc.stderr
     assert not ab.exists()
+
+
+def test_verify_on_a_plain_install_says_what_it_could_not_check(plain, tmp_path: Path):
+    """Without the sigstore extra the Ed25519 checks still run; the Sigstore bundle is reported unverified."""
+    pytest.importorskip("rfc8785", reason="the local Sigstore instance needs sigstore-python's rfc8785 ([dev])")
+    from sigstore_fake import IDENTITY, FakeSigstore
+
+    python, _ = plain
+    archive = tmp_path / "difflab-ci.tar.gz"
+    archive.write_bytes((ROOT / "results" / "published" / "upstream.tar.gz").read_bytes())
+    (tmp_path / "difflab-ci.tar.gz.sigstore.json").write_text(FakeSigstore().sign_artifact(archive.read_bytes()))
+    fingerprint = "sha256:fb224e1ce2de6e5a9abf11aa75cddb1a40f7182d5d0ad75726943dc212e1000f"
+    proc = _run(python, "-m", "difflab.cli", "verify", str(archive), "--fingerprint", fingerprint, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "sigstore difflab-ci.tar.gz.sigstore.json: not verified: sigstore-python is not installed "
+        "(pip install 'sglang-difflab[sigstore]')" in proc.stdout
+    )
+    proc = _run(python, "-m", "difflab.cli", "verify", str(archive), "--sigstore-identity", IDENTITY, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "needs sigstore, which is not installed: pip install 'sglang-difflab[sigstore]'" in proc.stderr
