@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from difflab.extras import EXTRA_OF
+from difflab.extras import EXTRA_OF, MissingExtra, require
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "sglang-difflab"
@@ -101,6 +101,29 @@ def _absent(python: Path, cwd: Path) -> list[str]:
     probe = "import importlib.util as u, json; print(json.dumps([m for m in %r if u.find_spec(m) is None]))"
     modules = sorted([*EXTRA_OF, "yaml", "zizmor"])
     return json.loads(_run(python, "-c", probe % (modules,), cwd=cwd).stdout)
+
+
+def test_each_optional_module_is_in_the_extra_it_names():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, extra in EXTRA_OF.items():
+        listed = {_norm(Requirement(r).name) for r in extras[extra]}
+        assert _norm(module) in listed, (module, extra)
+        assert _norm(module) in {_norm(Requirement(r).name) for r in extras["dev"]}  # the tests have them all
+
+
+def test_require_translates_only_the_missing_package(monkeypatch):
+    for name in ("scipy", "scipy.stats"):  # importing them now fails as if they were not installed
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(MissingExtra) as err:
+        require("scipy.stats", "the A/B statistics")
+    assert err.value.exit_code == 2
+    assert (
+        str(err.value) == "the A/B statistics needs scipy, which is not installed: pip install 'sglang-difflab[stats]'"
+    )
+    with pytest.raises(ValueError, match="not an optional dependency"):
+        require("yaml", "x")
 
 
 def test_gpu_testserver_on_a_plain_install(plain, tmp_path: Path):

@@ -49,12 +49,3 @@ def require(module: str, purpose: str) -> ModuleType:
         if exc.name is not None and (exc.name == top or exc.name.startswith(f"{top}.")):
             raise MissingExtra(module, purpose) from None
         raise
-
-
-def available(module: str) -> bool:
-    """Whether an optional module can be imported (for notes such as 'not verified: ... missing')."""
-    try:
-        require(module, "check")
-    except MissingExtra:
-        return False
-    return True
