@@ -2,7 +2,8 @@
 
 ``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
 out per fix x side (one CI job each) and ``nox -s merge`` turns their
-observations into verdicts. ``nox -s tests`` runs the test suite.
+observations into verdicts (a sealed run folder) and ``nox -s pack`` packs it
+into the deterministic tarball CI signs. ``nox -s tests`` runs the test suite.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def merge(session: nox.Session) -> None:
     """Judge the observations the ``side`` sessions left under results/ci/."""
     _install(session)
     session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def pack(session: nox.Session) -> None:
+    """Pack the sealed folder ``merge`` wrote into results/difflab-ci.tar.gz (what CI signs with Sigstore)."""
+    _install(session)
+    session.run("difflab", "pack", "results/ci-merged", "--output", "results/difflab-ci.tar.gz", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from difflab.bundle import checksums, dsse, keys, layout, seal, statements, trust
+from difflab.bundle import checksums, dsse, keyless, keys, layout, seal, statements, trust
 from difflab.bundle.sealing import seal_with
 from difflab.bundle.verify import verify_path
 from difflab.errors import ConfigError
+from sigstore_fake import IDENTITY, FakeSigstore
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     GIT_BASE,
     OBSERVATION,
@@ -184,21 +185,25 @@ def test_sigstore_is_skipped_with_a_message_when_not_installed(tmp_path: Path, m
     assert any("sigstore is not installed" in m for m in said)
 
 
-def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes]) -> None:
-    """Stand-in sigstore-python modules (4.x layout) that record what would be signed, offline."""
+def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes], instance: FakeSigstore) -> None:
+    """Stand-in sigstore-python signing modules (4.x layout): they record what would be signed and
+    return a real bundle from a local Sigstore instance, so no OIDC provider or log is reached."""
 
     class Statement:
         def __init__(self, contents: bytes) -> None:
             self.contents = contents
 
     class Bundle:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
         def to_json(self) -> str:
-            return '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}'
+            return self.text
 
     class Signer:
         def sign_dsse(self, statement: Statement) -> Bundle:
             signed.append(statement.contents)
-            return Bundle()
+            return Bundle(instance.sign_statement(statement.contents))
 
     class SigningContext:
         @classmethod
@@ -222,19 +227,40 @@ def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes]) -> None:
         monkeypatch.setitem(sys.modules, name, module)
 
 
-def test_keyless_signature_covers_the_run_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyless_signature_covers_the_run_statement(tmp_path: Path) -> None:
+    pytest.importorskip("sigstore", reason="sigstore-python is in the [dev] extra")
     key, pub = make_key(tmp_path / "keys")
     run_dir = make_run_folder(tmp_path)
     signed: list[bytes] = []
-    fake_sigstore(monkeypatch, signed)
-    ci = {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.example"}
-    info = seal(run_dir, key, echo=lambda _m: None, environ=ci)
+    instance = FakeSigstore()
+    with pytest.MonkeyPatch.context() as mp:
+        fake_sigstore(mp, signed, instance)
+        ci = {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.example"}
+        info = seal(run_dir, key, echo=lambda _m: None, environ=ci)
     assert info.sigstore_bundle == run_dir / layout.SIGSTORE_BUNDLE
     envelope = json.loads((run_dir / layout.RUN_ENVELOPE).read_text())
     assert signed == [base64.b64decode(envelope["payload"])]
     assert layout.SIGSTORE_BUNDLE in (run_dir / layout.CHECKSUMS).read_text()
-    report = verify_path(run_dir, trust.build(key_files=[pub]))
-    assert report.ok and any("Sigstore" in note for note in report.notes)
+    # verified by sigstore-python itself, offline, against the local instance's trust root
+    policy = keyless.KeylessPolicy(IDENTITY, trust_root=instance.write_trusted_root(tmp_path / "root.json"))
+    report = verify_path(run_dir, trust.build(key_files=[pub]), policy)
+    assert report.ok, report.failure_message()
+    (check,) = report.keyless
+    assert check.verified and check.signer == IDENTITY
+    assert any("byte for byte the run statement" in c for c in check.checked)
+    # without a trusted Ed25519 key the statement cannot be compared, and the report says so
+    other, other_pub = make_key(tmp_path / "other")
+    report = verify_path(run_dir, trust.build(key_files=[other_pub]), policy)
+    assert not report.ok
+    assert any("that its statement is the run statement" in c for c in report.keyless[0].not_checked)
+    # a keyless bundle over another statement is refused, naming the file
+    (run_dir / layout.SIGSTORE_BUNDLE).write_text(instance.sign_statement(b'{"_type": "other"}'))
+    checksums.write(run_dir, layout.scan(run_dir).files)
+    report = verify_path(run_dir, trust.build(key_files=[pub]), policy)
+    assert [str(p) for p in report.problems] == [
+        f"{layout.SIGSTORE_BUNDLE}: Sigstore signature does not verify: "
+        "its statement is not the run statement signed with Ed25519"
+    ]
 
 
 # -- where the signing key comes from -----------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from difflab.bundle import checksums, dsse, keys, layout, pack, statements
+from difflab.bundle import checksums, dsse, keyless, keys, layout, pack, statements
 from difflab.bundle.problems import Problem
 from difflab.bundle.trust import TrustPolicy
 from difflab.errors import ConfigError
@@ -30,6 +30,8 @@ class VerifyReport:
     signers: set[str] = field(default_factory=set)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    keyless: list[keyless.KeylessCheck] = field(default_factory=list)
+    trust: TrustPolicy | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,19 +43,49 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def verify_path(path: Path, trust: TrustPolicy | None) -> VerifyReport:
+def verify_path(
+    path: Path,
+    trust: TrustPolicy | None,
+    sigstore: keyless.KeylessPolicy | None = None,
+    sigstore_bundle: Path | None = None,
+) -> VerifyReport:
     """Verify a run folder or a packed archive (unpacked safely into a temporary folder).
 
     ``trust=None`` checks files against SHA256SUMS only; it is for ``reproduce --skip-signatures``.
+    A Sigstore bundle over the archive (``sigstore_bundle``, else ``ARCHIVE.sigstore.json``) is checked
+    first; verified against a pinned identity, it vouches for the keys the archive carries.
     """
+    sigstore = sigstore or keyless.KeylessPolicy()
+    checks: list[keyless.KeylessCheck] = []
+    problems: list[Problem] = []
+    if sigstore_bundle is not None and path.is_dir():
+        raise ConfigError(f"--sigstore-bundle: {path} is a folder; a Sigstore bundle signs an archive")
+    bundle = keyless.artifact_bundle(path, sigstore_bundle) if trust is not None else None
+    if bundle is not None and trust is not None:
+        check = keyless.verify_artifact(path, bundle, sigstore)
+        checks.append(check)
+        if check.failure:
+            problems.append(Problem(bundle.name, f"Sigstore signature does not verify: {check.failure}"))
+        elif check.verified and check.identity_pinned:
+            trust = trust.vouch(f"the Sigstore signature of {path.name} by {sigstore.identity}")
     with pack.opened(path) as root:
-        report = verify_folder(root, trust)
+        report = verify_folder(root, trust, sigstore)
     report.target = path
+    report.keyless[:0] = checks
+    if sigstore.identity and trust is not None and not report.keyless:
+        problems.append(
+            Problem(
+                f"{path.name}{keyless.BUNDLE_SUFFIX}",
+                f"missing: --sigstore-identity asks for a Sigstore signature, and there is none (beside the "
+                f"archive, as --sigstore-bundle FILE, or inside as {layout.SIGSTORE_BUNDLE})",
+            )
+        )
+    report.problems = sorted(set(report.problems) | set(problems))
     return report
 
 
-def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
-    report = VerifyReport(target=root)
+def verify_folder(root: Path, trust: TrustPolicy | None, sigstore: keyless.KeylessPolicy | None = None) -> VerifyReport:
+    report = VerifyReport(target=root, trust=trust)
     problems = report.problems
     listing = layout.scan(root)
     problems += [Problem(rel, "is a link or special file; bundles hold plain files") for rel in listing.odd]
@@ -92,12 +124,20 @@ def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
         problems += _check_run_statement(verified[layout.RUN_ENVELOPE], actual)
     problems += _check_fix_statements(root, listing.files, verified, actual)
     if layout.SIGSTORE_BUNDLE in listing.files:
-        report.notes.append(
-            f"{layout.SIGSTORE_BUNDLE}: keyless Sigstore signature present, checked by "
-            "digest only; see docs/bundle.md to verify its signer identity with sigstore"
+        statement = _run_payload(root, trusted) if layout.RUN_ENVELOPE in verified else None
+        check = keyless.verify_statement(
+            root / layout.SIGSTORE_BUNDLE, layout.SIGSTORE_BUNDLE, statement, sigstore or keyless.KeylessPolicy()
         )
+        report.keyless.append(check)
+        if check.failure:
+            problems.append(Problem(layout.SIGSTORE_BUNDLE, f"Sigstore signature does not verify: {check.failure}"))
     report.problems = sorted(set(problems))
     return report
+
+
+def _run_payload(root: Path, trusted: Mapping[str, Ed25519PublicKey]) -> bytes:
+    """The run statement's bytes as its (already verified) Ed25519 envelope carries them."""
+    return dsse.open_envelope((root / layout.RUN_ENVELOPE).read_bytes(), trusted).payload
 
 
 def _is_envelope(rel: str) -> bool:

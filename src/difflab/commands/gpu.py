@@ -64,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
             "no images: pass --image 0.5.20=lmsysorg/sglang:v0.5.20@sha256:<digest> (one per release "
             "the selected fixes need) or --images FILE; or --testserver to run without GPUs"
         )
-    from difflab.workflows.gpu import TierRequest, run_tier  # needs numpy/scipy ([stats] extra): only when used
+    from difflab.workflows.gpu import TierRequest, run_tier  # the tier: imported only when it runs
 
     rounds = args.rounds if args.rounds is not None else (3 if args.testserver else 6)
     req = TierRequest(

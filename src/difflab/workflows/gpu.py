@@ -18,7 +18,9 @@ from typing import Any
 
 from difflab.diff.verdict import FixVerdict, judge_fix
 from difflab.engine.facts import read_engine
+from difflab.engine.metrics import PURPOSE as METRICS_PURPOSE
 from difflab.errors import ConfigError
+from difflab.extras import require
 from difflab.files.atomic import atomic_folder
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
@@ -228,6 +230,11 @@ def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
     plans = load_gpu_plans(matrix)
     fixes = gpu_fixes(matrix, req.fixes, plans)
     record.fixes = [f.id for f in fixes]
+    # The optional libraries this run will need, checked before anything starts (exit 2 naming the extra).
+    require("prometheus_client.parser", METRICS_PURPOSE)
+    if req.rounds > 0 and any(plans[f.id].throughput for f in fixes):
+        require("numpy", "the throughput A/B statistics")
+        require("scipy.stats", "the throughput A/B statistics")
     limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
     bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
     host = None
