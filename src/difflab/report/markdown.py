@@ -40,7 +40,10 @@ def _row(cells: Sequence[object]) -> str:
     return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
 
 
-def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> str:
+def render_summary(
+    verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> str:
+    """The verdict table, each probe's fields, then ``appendix`` (lines other steps contribute, e.g. upstream tests)."""
     rows = [
         (
             f"{v.fix}{f' ({v.part})' if v.part else ''}",
@@ -71,8 +74,11 @@ def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verifica
             ]
             headers = ("field", "kind", "base", "head", "declared base → head", "")
             lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), "", *table(headers, fields)]
-    return "\n".join(lines) + "\n"
+    lines += list(appendix)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_summary(path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> None:
-    path.write_text(render_summary(verdicts, title))
+def write_summary(
+    path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> None:
+    path.write_text(render_summary(verdicts, title, appendix))
