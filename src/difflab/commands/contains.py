@@ -47,5 +47,8 @@ def main(args: argparse.Namespace) -> int:
     for c in cells:
         if c.detail:
             reporter.console.print(f"  {c.fix} @ {c.release}: {c.detail}")
+    for c in cells:
+        if c.upstream:
+            reporter.console.print(f"  {c.fix} @ {c.release}: {c.upstream['text']}", markup=False)
     reporter.console.print(f"results: {out}")
     return 0 if all(c.agrees and c.verdict != "error" for c in cells) else 1

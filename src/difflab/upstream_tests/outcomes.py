@@ -72,10 +72,6 @@ class Outcome:
     subtests: list[Part] = field(default_factory=list)
     traceback: str | None = None
 
-    @property
-    def label(self) -> str:
-        return self.outcome
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["subtests"] = [asdict(s) for s in self.subtests]

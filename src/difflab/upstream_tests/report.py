@@ -114,12 +114,12 @@ def section(replays: list[FixReplay]) -> list[str]:
             for row in r.rows
         ]
         lines += ["", *table(headers, rows), ""]
-        why = [
-            f"- `{short(row.id)}` @ {side}: {o.outcome} — {cell(_explain(o))}"
-            for row in r.rows
-            for side, o in row.outcomes.items()
-            if o.outcome != "passed" and _explain(o)
-        ]
+        grouped: dict[tuple[str, str, str], list[str]] = {}
+        for row in r.rows:
+            for side, o in row.outcomes.items():
+                if o.outcome != "passed" and _explain(o):
+                    grouped.setdefault((side, o.outcome, _explain(o)), []).append(f"`{short(row.id)}`")
+        why = [f"- {side}, {kind}: {cell(text)} — {', '.join(ids)}" for (side, kind, text), ids in grouped.items()]
         if why:
             lines += ["<details><summary>why each test that did not pass did not</summary>", "", *why, "", "</details>"]
             lines.append("")
