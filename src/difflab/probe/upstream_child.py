@@ -169,7 +169,12 @@ def run_unittest_file(rel: str, path: Path, where: Where) -> tuple[list[dict[str
     return records, result.unwrapped
 
 
-def run_pytest_files(root: Path, files: list[tuple[str, Path]], source_root: Path, pytest_path: str | None) -> Any:
+Records = list[dict[str, Any]]
+
+
+def run_pytest_files(
+    root: Path, files: list[tuple[str, Path]], source_root: Path, pytest_path: str | None
+) -> tuple[Records, set[str], str | None]:
     """Run the files under pytest in this process; ``(records, unwrapped, pytest version or None)``."""
     if pytest_path and pytest_path not in sys.path:
         sys.path.append(pytest_path)
@@ -213,7 +218,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             missing = part("error", "import", message=f"{rel} not found under {root}")
             records += [{"id": f"{rel}::(file)", "file": rel, "parts": [missing], "subtests": [], "duration_s": 0.0}]
             continue
-        styles[rel] = declared_tests(path)[0]
+        try:
+            styles[rel] = declared_tests(path)[0]
+        except (OSError, SyntaxError, ValueError):
+            styles[rel] = "unittest"  # its import then says what is wrong with it
         if styles[rel] == "pytest":
             by_root.setdefault(str(root), []).append((rel, path))
             continue
