@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def _yes_no(value: bool | None) -> str:
     return {True: "yes", False: "no", None: "unknown"}[value]
 
 
-def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str:
+def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict], appendix: Sequence[str] = ()) -> str:
     lines = [
         "# Backport check",
         "",
@@ -98,8 +98,12 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
             for c in p.fields:
                 declared = declared_values(c.kind, c.declared_base, c.declared_head)
                 lines.append(f"| `{c.field}` | {c.kind} | {_cell(repr(c.observed))} | {_cell(declared)} | {c.like} |")
-    return "\n".join(lines) + "\n"
+    lines += list(appendix)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_backport_summary(path: Path, fork: dict[str, Any], verdicts: list[BackportVerdict]) -> None:
-    path.write_text(render_summary(fork, verdicts))
+def write_backport_summary(
+    path: Path, fork: dict[str, Any], verdicts: list[BackportVerdict], appendix: Sequence[str] = ()
+) -> None:
+    """``appendix``: more Markdown for the end (SGLang's own tests, when they were replayed)."""
+    path.write_text(render_summary(fork, verdicts, appendix))

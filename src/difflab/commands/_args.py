@@ -39,6 +39,20 @@ def repo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", help=f"git repository URL or path (default: ${REPO_ENV} or SGLang upstream)")
 
 
+def upstream_tests(parser: argparse.ArgumentParser) -> None:
+    """``--upstream-tests DIR``: SGLang's own test files, replayed beside the probes (any source kind)."""
+    parser.add_argument(
+        "--upstream-tests",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "a folder laid out like SGLang's repository (test/registered/...) holding the fixes' own unit tests: "
+            "they are replayed on the same sources as supporting evidence (default: $DIFFLAB_UPSTREAM_TESTS; "
+            "a git source's own test/ tree is used first)"
+        ),
+    )
+
+
 def backend(parser: argparse.ArgumentParser, local_only: bool = False) -> None:
     """``--backend``: every registered runner, or only those running in the local shared environment."""
     names = [n for n, cls in RUNNERS.items() if cls.local_environment or not local_only]

@@ -24,11 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X.Y.Z",
         help="release to check (repeatable; default: every pinned release)",
     )
+    _args.upstream_tests(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    fixes, releases, cells, out = execute(ContainsRequest(releases=args.releases, **_args.selection(args)), reporter)
+    req = ContainsRequest(releases=args.releases, upstream_tests=args.upstream_tests, **_args.selection(args))
+    fixes, releases, cells, out = execute(req, reporter)
     table = Table(title="which release carries which fix (by behaviour)")
     table.add_column("fix")
     for r in releases:
@@ -45,5 +47,8 @@ def main(args: argparse.Namespace) -> int:
     for c in cells:
         if c.detail:
             reporter.console.print(f"  {c.fix} @ {c.release}: {c.detail}")
+    for c in cells:
+        if c.upstream:
+            reporter.console.print(f"  {c.fix} @ {c.release}: {c.upstream['text']}", markup=False)
     reporter.console.print(f"results: {out}")
     return 0 if all(c.agrees and c.verdict != "error" for c in cells) else 1

@@ -40,7 +40,10 @@ def _row(cells: Sequence[object]) -> str:
     return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
 
 
-def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> str:
+def render_summary(
+    verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> str:
+    """The verdict table, each probe's fields, then ``appendix`` (lines other steps contribute, e.g. upstream tests)."""
     rows = [
         (
             f"{v.fix}{f' ({v.part})' if v.part else ''}",
@@ -73,7 +76,8 @@ def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verifica
             lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), ""]
             lines += [f"- {line}" for line in forced_lines(p)]
             lines += ["", *table(headers, fields)] if forced_lines(p) else table(headers, fields)
-    return "\n".join(lines) + "\n"
+    lines += list(appendix)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def forced_lines(probe: ProbeDiff) -> list[str]:
@@ -89,5 +93,7 @@ def forced_lines(probe: ProbeDiff) -> list[str]:
     return out
 
 
-def write_summary(path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> None:
-    path.write_text(render_summary(verdicts, title))
+def write_summary(
+    path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> None:
+    path.write_text(render_summary(verdicts, title, appendix))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from difflab.diff.likeness import judge_backport
 from difflab.environment.shared import SharedEnvironment
@@ -23,6 +24,15 @@ from difflab.progress import Reporter
 from difflab.report.record import copy_matrix, folder_stamp, utc_now, write_json
 from difflab.runner import Runner, build_runner
 from difflab.source.release import ReleaseSource
+from difflab.upstream_tests import (
+    agree_on_side,
+    for_sources,
+    release_reference,
+    section,
+    tests_dir,
+    with_flag,
+    write_files,
+)
 from difflab.workflows.observe import Selection, observe
 
 
@@ -36,6 +46,8 @@ class Cell:
     expected: str | None
     probes: dict[str, str] = field(default_factory=dict)
     detail: str = ""
+    upstream: dict[str, Any] | None = None
+    """What SGLang's own tests said on this release, when they were replayed (``--upstream-tests``)."""
 
     @property
     def agrees(self) -> bool:
@@ -101,6 +113,30 @@ def render_markdown(fixes: list[Fix], releases: list[str], cells: list[Cell]) ->
     return "\n".join(lines) + "\n"
 
 
+def replay_upstream_tests(
+    work: Path,
+    fixes: list[Fix],
+    releases: list[str],
+    backend: ReleaseSource,
+    cells: list[Cell],
+    env: SharedEnvironment,
+    folder: Path,
+    reporter: Reporter,
+) -> list[str]:
+    """SGLang's own tests of each fix on every release, beside each cell; returns the Markdown section."""
+    sources = {r: backend.release(r) for r in releases}
+    references = {fix.id: release_reference(fix, backend) for fix in fixes}
+    replays = for_sources(fixes, sources, references, env, folder, reporter.say)
+    agreements = agree_on_side(replays, {(c.fix, c.release): c.verdict for c in cells})
+    for c in cells:
+        found = agreements.get((c.fix, c.release))
+        if found is not None:
+            c.upstream = found.to_dict()
+            c.detail = with_flag(c.detail, found)
+    write_files(work, replays, folder)
+    return section(replays)
+
+
 def run_contains(
     matrix_path: Path,
     fix_ids: list[str] | None,
@@ -109,7 +145,9 @@ def run_contains(
     runner: Runner,
     env: SharedEnvironment,
     reporter: Reporter,
+    upstream_tests: Path | None = None,
 ) -> tuple[list[Fix], list[str], list[Cell], Path]:
+    folder = tests_dir(upstream_tests)
     matrix = load_matrix(matrix_path)
     fixes = matrix.select(fix_ids)
     order = sorted(matrix.releases, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
@@ -134,6 +172,9 @@ def run_contains(
             for fix in fixes
             for r in releases
         ]
+        appendix: list[str] = []
+        if folder is not None:
+            appendix = replay_upstream_tests(work, fixes, releases, backend, cells, env, folder, reporter)
         doc = {
             "schema": 1,
             "releases": releases,
@@ -142,7 +183,7 @@ def run_contains(
             "agrees": all(c.agrees for c in cells),
         }
         write_json(work / "contains.json", doc)
-        (work / "contains.md").write_text(render_markdown(fixes, releases, cells))
+        (work / "contains.md").write_text(render_markdown(fixes, releases, cells) + "".join(f"{a}\n" for a in appendix))
         copy_matrix(work, matrix.path)
     return fixes, releases, cells, out
 
@@ -152,10 +193,13 @@ class ContainsRequest(Selection):
     """``difflab contains``: which fixes on which releases (default: every pinned release)."""
 
     releases: list[str] | None = None
+    upstream_tests: Path | None = None
+    """A folder laid out like SGLang's repository with the fixes' own test files (else ``$DIFFLAB_UPSTREAM_TESTS``)."""
 
 
 def execute(req: ContainsRequest, reporter: Reporter) -> tuple[list[Fix], list[str], list[Cell], Path]:
     """The release table, on the shared environment with the chosen back end."""
+    tests_dir(req.upstream_tests)  # a bad folder is refused before the environment is built
     env = SharedEnvironment().ensure(progress=reporter.say)
     runner = build_runner(req.runner, env, req.use_cache)
-    return run_contains(req.matrix, req.fixes, req.releases, req.out, runner, env, reporter)
+    return run_contains(req.matrix, req.fixes, req.releases, req.out, runner, env, reporter, req.upstream_tests)
