@@ -20,8 +20,15 @@ def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (rep
     parser.add_argument("--fix", action="append", dest="fixes", metavar="N", help=help)
 
 
-def out(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--out", type=Path, help=f"results folder (default: {default})")
+def out(parser: argparse.ArgumentParser, default: str | None, required: bool = False) -> None:
+    """``--out`` and ``--force``: a results folder never replaces anything but an earlier one, and only when asked."""
+    where = "results folder" + (f" (default: {default})" if default else "")
+    parser.add_argument("--out", type=Path, required=required, help=f"{where}; must be new, empty, or see --force")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out if it holds an earlier difflab results folder (never any other folder)",
+    )
 
 
 def source(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +77,7 @@ def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only:
 
 def selection(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
-    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}
+    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "force", "runner", "use_cache")}
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, object]:

@@ -15,13 +15,13 @@ from difflab.bundle import seal
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import results_folder
 from difflab.matrix import load_matrix
 from difflab.observation import SIDES
 from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
 from difflab.source import MaterialisedSource, source_class
 from difflab.source.sides import materialise_sides, source_label
@@ -73,7 +73,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
     record.fixes = [f.id for f in fixes]
     local = runner_class(req.runner).local_environment
     out = (req.out or default_out()).resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
         sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
         env = SharedEnvironment()
