@@ -57,7 +57,7 @@ from difflab.runner.base import ProbeJob
 from difflab.runner.jobs import build_jobs
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.runner.warm import WarmRunner
-from difflab.source.release import ReleaseSource, unpack_sglang
+from difflab.source.release import ReleaseSource, sha256_file, unpack_sglang
 from difflab.source.sides import materialise_sides
 
 MB = 1024 * 1024
@@ -372,7 +372,7 @@ def unpack_time(wheels: list[Path], scratch: Path) -> float:
     """What materialising the sources costs once downloaded: the release source's own unpacker."""
     t = time.perf_counter()
     for wheel in wheels:
-        unpack_sglang(wheel, scratch / "unpack" / wheel.stem)
+        unpack_sglang(wheel, scratch / "unpack" / wheel.stem, sha256_file(wheel))
     return time.perf_counter() - t
 
 

@@ -168,3 +168,34 @@ def test_real_pipeline_run_reproduces(tmp_path: Path) -> None:
     assert report.ok, report.failure_message()
     again = reproduce(pack(outcome.out_dir, environ={}), policy)
     assert again.matches, "\n".join(str(d) for d in again.differences)
+
+
+def _name_trees(out: Path, tree: str = "7" * 64) -> None:
+    """What today's lab records: observation schema 2, release sources naming their unpacked tree."""
+    for path in (out / "observations").glob("*/*/*.json"):
+
+        def upgrade(obs: dict) -> None:
+            obs["schema"] = 2
+            if obs["source"].get("kind") == "release":
+                obs["source"]["tree_sha256"] = tree
+
+        edit_json(path, upgrade)
+
+
+def test_a_recording_made_before_trees_were_named_still_reproduces(bundle: Bundle) -> None:
+    run_dir, policy = bundle
+    assert reproduce(run_dir, policy, executor=replaying(_name_trees)).matches
+
+
+def test_a_different_tree_is_a_difference_once_the_recording_names_it(tmp_path: Path) -> None:
+    from difflab.bundle.compare import compare_runs
+    from test_bundle_support import make_run_folder
+
+    recorded, rerun = make_run_folder(tmp_path, "recorded"), make_run_folder(tmp_path, "rerun")
+    _name_trees(recorded, "7" * 64)
+    _name_trees(rerun, "8" * 64)
+    report = compare_runs(recorded, rerun)
+    assert [d.where for d in report.differences] == [
+        "fix 38935 base pr38935_admission source",
+        "fix 38935 head pr38935_admission source",
+    ]

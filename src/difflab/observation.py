@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: a release source's identity names its unpacked tree (``tree_sha256``); 1 observations lack it."""
 
 Status = Literal["ok", "error", "unavailable", "n/a"]
 SIDES = ("base", "head")

@@ -49,6 +49,21 @@ def source_descriptor(identity: Mapping[str, Any]) -> dict[str, Any]:
     raise ValueError(f"source {dict(identity)} names neither a wheel sha256 nor a git commit")
 
 
+def tree_descriptor(identity: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The unpacked ``sglang/`` of a release by its tree digest (see :mod:`difflab.source.tree`), if recorded."""
+    tree = identity.get("tree_sha256")
+    if identity.get("kind") != "release" or not tree:
+        return None
+    name = str(identity.get("file") or f"sglang-{identity.get('version')}")
+    return {"name": f"{name}!/sglang/", "digest": {"sha256": str(tree).lower()}}
+
+
+def source_subjects(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a statement about a source names: the wheel or commit, and the tree that actually ran."""
+    tree = tree_descriptor(identity)
+    return [source_descriptor(identity), *([tree] if tree else [])]
+
+
 def statement(subjects: Sequence[Mapping[str, Any]], predicate_type: str, predicate: Any) -> dict[str, Any]:
     """in-toto Statement v1; subjects sorted by name so their order never depends on the filesystem."""
     ordered = sorted(subjects, key=lambda s: (str(s.get("name")), json.dumps(s, sort_keys=True)))
@@ -109,11 +124,10 @@ def probe_results(
         source = obs.get("source") or None
         if source:
             try:
-                descriptor = source_descriptor(source)
+                descriptors = source_subjects(source)
             except ValueError as exc:
                 raise ConfigError(f"{record.path}: {exc}") from None
-            if descriptor not in subjects:
-                subjects.append(descriptor)
+            subjects += [d for d in descriptors if d not in subjects]
         probes.append(
             {
                 "probe": record.probe,
@@ -171,11 +185,12 @@ def run_provenance(
         dependencies.append({"name": "matrix", "uri": str(matrix.get("path")), "digest": {"sha256": matrix["sha256"]}})
     for label, identity in sorted((run.get("sources") or {}).items()):
         try:
-            descriptor = source_descriptor(identity)
+            descriptors = source_subjects(identity)
         except ValueError as exc:
             raise ConfigError(f"run.json: sources.{label}: {exc}") from None
-        descriptor["annotations"] = {"label": label}
-        dependencies.append(descriptor)
+        for descriptor in descriptors:
+            descriptor["annotations"] = {"label": label}
+            dependencies.append(descriptor)
     if runner.get("image"):
         dependency = _image_dependency(str(runner["image"]))
         if dependency:

@@ -278,18 +278,19 @@ def _check_observation(
             problems.append(Problem(rel_env, f"records no source for {name} and does not name it as subject"))
         return problems
     try:
-        expected = statements.source_descriptor(source)
+        expected = statements.source_subjects(source)
     except ValueError as exc:
         return [*problems, Problem(name, f"source: {exc}")]
-    if expected["digest"] not in subject_digests:
-        got = "; ".join(json.dumps(d, sort_keys=True) for d in subject_digests)
-        problems.append(
-            Problem(
-                rel_env,
-                f"subject digest {got} does not match the source recorded in {name} "
-                f"({json.dumps(expected['digest'], sort_keys=True)})",
+    for descriptor in expected:
+        if descriptor["digest"] not in subject_digests:
+            got = "; ".join(json.dumps(d, sort_keys=True) for d in subject_digests)
+            problems.append(
+                Problem(
+                    rel_env,
+                    f"subject digest {got} does not match the source recorded in {name} "
+                    f"({json.dumps(descriptor['digest'], sort_keys=True)})",
+                )
             )
-        )
     if sources and source not in sources:
         problems.append(Problem(name, f"source is not one of the sources recorded in {layout.RUN_JSON}"))
     return problems

@@ -82,6 +82,7 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
         with atomic_folder(dest) as tmp:
             shutil.copytree(source.root / "sglang", tmp / "sglang", copy_function=os.link)
             edited = tmp / mutation.file
+            edited.parent.chmod(0o755)  # the pristine tree's folders are read-only, and so are the copies
             edited.unlink()  # break the hard link before writing
             edited.write_text(text.replace(mutation.find, mutation.replace))
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
