@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,7 +56,8 @@ def test_seal_writes_the_bundle_layout(tmp_path: Path) -> None:
         assert (run_dir / rel).is_file(), rel
     assert (run_dir / layout.FINGERPRINT).read_text().strip() == info.fingerprint
     assert info.key_source == "argument" and info.files == len(layout.scan(run_dir).files)
-    assert len(info.attestations) == 5
+    assert len(info.attestations) == 6  # 4 per fix and side, the run, and the checksums (signed last)
+    assert (run_dir / layout.CHECKSUMS_ENVELOPE).is_file()
     assert info.fingerprint in (run_dir / layout.REPRODUCE).read_text()
     assert info.fingerprint in str(info)
 
@@ -67,7 +68,7 @@ def test_checksums_cover_every_file_sorted_bytewise_and_sha256sum_agrees(tmp_pat
     text = (run_dir / layout.CHECKSUMS).read_text()
     names = [line.split("  ", 1)[1] for line in text.splitlines()]
     assert names == sorted(names, key=lambda n: n.encode())
-    assert set(names) == set(layout.scan(run_dir).files) - {layout.CHECKSUMS}
+    assert set(names) == set(layout.scan(run_dir).files) - {layout.CHECKSUMS, layout.CHECKSUMS_ENVELOPE}
     assert "REPRODUCE.md" in names and "attestations/run.intoto.json" in names
     for line in text.splitlines():
         digest, rel = line.split("  ", 1)
@@ -184,21 +185,40 @@ def test_sigstore_is_skipped_with_a_message_when_not_installed(tmp_path: Path, m
     assert any("sigstore is not installed" in m for m in said)
 
 
-def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes]) -> None:
-    """Stand-in sigstore-python modules (4.x layout) that record what would be signed, offline."""
+def fake_sigstore(
+    monkeypatch: pytest.MonkeyPatch, signed: list[bytes], signs: Callable[[bytes], bytes] = lambda b: b
+) -> None:
+    """Stand-in sigstore-python modules (4.x layout) that record what would be signed, offline.
+
+    The bundle is shaped like a real v0.3 bundle: verification material and a DSSE envelope over
+    what was signed (``signs`` may change it, to make a bundle over something else).
+    """
 
     class Statement:
         def __init__(self, contents: bytes) -> None:
             self.contents = contents
 
     class Bundle:
+        def __init__(self, contents: bytes) -> None:
+            self.contents = contents
+
         def to_json(self) -> str:
-            return '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}'
+            return json.dumps(
+                {
+                    "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+                    "verificationMaterial": {"certificate": {"rawBytes": "MIIC"}, "tlogEntries": []},
+                    "dsseEnvelope": {
+                        "payload": base64.b64encode(self.contents).decode(),
+                        "payloadType": "application/vnd.in-toto+json",
+                        "signatures": [{"sig": "MEUCIQ"}],
+                    },
+                }
+            )
 
     class Signer:
         def sign_dsse(self, statement: Statement) -> Bundle:
             signed.append(statement.contents)
-            return Bundle()
+            return Bundle(signs(statement.contents))
 
     class SigningContext:
         @classmethod

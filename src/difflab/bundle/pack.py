@@ -71,7 +71,7 @@ def pack(run_dir: Path, out: Path | None = None, environ: Mapping[str, str] | No
     if layout.CHECKSUMS not in listing.files:
         raise ConfigError(f"{run_dir}: not sealed (no {layout.CHECKSUMS}); seal it before packing")
     listed, problems = checksums.parse((run_dir / layout.CHECKSUMS).read_text(encoding="utf-8"))
-    files = [f for f in listing.files if f != layout.CHECKSUMS]
+    files = [f for f in listing.files if f not in layout.OUTSIDE_CHECKSUMS]
     problems += checksums.compare(listed, checksums.digests(run_dir, files))
     problems += [Problem(rel, "links and special files cannot be packed") for rel in listing.odd]
     if problems:

@@ -18,7 +18,13 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 # Our own type URIs; documented in docs/bundle.md.
 PROBE_RESULTS = "urn:sglang-difflab:probe-results:v1"
-RUN_BUILD_TYPE = "urn:sglang-difflab:run:v1"
+CHECKSUMS_LIST = "urn:sglang-difflab:checksums:v1"
+RUN_BUILD_TYPE = "urn:sglang-difflab:run:v2"
+BUNDLE_FORMATS = {"urn:sglang-difflab:run:v1": 1, RUN_BUILD_TYPE: 2}
+"""The run statement's buildType says which bundle format it belongs to; being signed, it cannot be downgraded.
+1: SHA256SUMS unsigned, nothing but it and the run envelope outside the run statement (the published
+reference bundle). 2: SHA256SUMS signed last by the checksums statement, so files written after the
+run statement (the Sigstore bundle) are covered too."""
 LOCAL_BUILDER = "urn:sglang-difflab:builder:local"
 
 
@@ -145,6 +151,12 @@ def probe_results(
         subjects = [file_descriptor(r.path, r.sha256) for r in records]
     predicate = {"fix": fix, "side": side, "verdict": verdict, "probes": probes}
     return statement(subjects, PROBE_RESULTS, predicate)
+
+
+def checksums_list(sha256: str) -> dict[str, Any]:
+    """The statement signed last: its subject is SHA256SUMS, which lists every other file of the bundle."""
+    predicate = {"lists": "every file of the bundle but SHA256SUMS itself and this statement's envelope"}
+    return statement([file_descriptor("SHA256SUMS", sha256)], CHECKSUMS_LIST, predicate)
 
 
 def _image_dependency(image: str) -> dict[str, Any] | None:
