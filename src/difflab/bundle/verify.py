@@ -41,12 +41,12 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def verify_path(path: Path, trust: TrustPolicy | None) -> VerifyReport:
+def verify_path(path: Path, trust: TrustPolicy | None, max_bytes: int = pack.DEFAULT_MAX_UNPACKED) -> VerifyReport:
     """Verify a run folder or a packed archive (unpacked safely into a temporary folder).
 
     ``trust=None`` checks files against SHA256SUMS only; it is for ``reproduce --skip-signatures``.
     """
-    with pack.opened(path) as root:
+    with pack.opened(path, max_bytes) as root:
         report = verify_folder(root, trust)
     report.target = path
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from difflab.bundle.pack import DEFAULT_MAX_UNPACKED
 from difflab.paths import default_matrix
 from difflab.runner import DEFAULT, RUNNERS
 from difflab.runner.base import DEFAULT_TIMEOUT_S
@@ -84,6 +85,21 @@ def probe_options(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
     options = selection(args) | {"timeout_s": args.timeout}
     return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+
+
+def archive_limit(parser: argparse.ArgumentParser) -> None:
+    """``--max-unpacked-mib``: how much an archive may unpack to before it is refused unread."""
+    parser.add_argument(
+        "--max-unpacked-mib",
+        type=int,
+        default=DEFAULT_MAX_UNPACKED // 2**20,
+        metavar="MIB",
+        help="refuse an archive whose members add up to more than this (default: %(default)s MiB)",
+    )
+
+
+def max_unpacked(args: argparse.Namespace) -> int:
+    return max(0, args.max_unpacked_mib) * 2**20
 
 
 def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from difflab.bundle import trust
 from difflab.bundle.verify import verify_path
+from difflab.commands import _args
 from difflab.errors import VerificationFailed
 from difflab.progress import Reporter
 
@@ -19,11 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "path", type=Path, metavar="PATH", help="sealed run folder, or a .tar.gz made by `difflab pack`"
     )
     trust.add_arguments(parser)
+    _args.archive_limit(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     out = Reporter()
-    report = verify_path(args.path, trust.from_args(args))
+    report = verify_path(args.path, trust.from_args(args), _args.max_unpacked(args))
     for note in report.notes:
         out.print(f"note: {note}")
     if not report.ok:
