@@ -130,4 +130,5 @@ def test_a_genuine_bundle_unpacks_and_verifies_and_the_limit_can_be_lifted(
     assert main(["verify", str(packed), "--key", str(public), "--max-unpacked-mib", "0"]) == 1
     assert "--max-unpacked-mib" in capsys.readouterr().err
     assert main(["verify", str(packed), "--key", str(public), "--max-unpacked-mib", "1"]) == 0
-    assert layout.CHECKSUMS_ENVELOPE in {m.name.split("/", 1)[1] for m in tarfile.open(packed).getmembers()}
+    with tarfile.open(packed) as tar:
+        assert layout.CHECKSUMS_ENVELOPE in {m.name.split("/", 1)[1] for m in tar.getmembers()}

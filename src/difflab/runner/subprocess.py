@@ -63,6 +63,7 @@ class SubprocessRunner:
     name: str = "subprocess"
     result_cache: ClassVar[bool] = True
     local_environment: ClassVar[bool] = True
+    hermetic: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}

@@ -193,6 +193,7 @@ class WarmRunner:
     """What the runs so far cost: hub and server imports, per-probe fork-to-exit wall time, fallbacks."""
     result_cache: ClassVar[bool] = True
     local_environment: ClassVar[bool] = True
+    hermetic: ClassVar[bool] = False
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
 
