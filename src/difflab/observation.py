@@ -41,6 +41,8 @@ class Observation:
     sglang_version: str | None = None
     duration_s: float = 0.0
     runner: str = ""
+    runner_fallback: str | None = None
+    """Set when the chosen back end could not run the probe and a fresh process ran it instead: which, and why."""
     cached: bool = False
     schema: int = SCHEMA_VERSION
 
