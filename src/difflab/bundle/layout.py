@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from difflab.files.names import has_controls
 from difflab.observation import SIDES
 
 CHECKSUMS = "SHA256SUMS"
@@ -50,7 +51,7 @@ def bytewise(names: Iterable[str]) -> list[str]:
 
 def safe_relpath(name: str) -> bool:
     """A relative POSIX path that stays inside the folder (no absolute, ``..``, backslash or drive)."""
-    if not name or name.startswith("/") or "\\" in name or "\x00" in name:
+    if not name or name.startswith("/") or "\\" in name or has_controls(name):
         return False
     parts = PurePosixPath(name).parts
     if not parts or ":" in parts[0]:

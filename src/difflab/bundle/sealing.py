@@ -19,6 +19,7 @@ from typing import Any
 
 from difflab.bundle import canonical, checksums, dsse, instructions, keyless, keys, layout, statements
 from difflab.errors import ConfigError
+from difflab.files.names import has_controls, printable
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ def seal_with(
     listing = layout.scan(run_dir)
     if listing.odd:
         raise ConfigError(f"{run_dir}: links or special files cannot be sealed: {', '.join(listing.odd)}")
+    controls = [printable(rel) for rel in listing.files if has_controls(rel)]
+    if controls:
+        raise ConfigError(f"{run_dir}: file names with control characters cannot be sealed: {', '.join(controls)}")
 
     (run_dir / layout.KEYS).mkdir()
     public_key = run_dir / layout.PUBLIC_KEY

@@ -18,6 +18,7 @@ from difflab.bundle import checksums, dsse, keyless, keys, layout, pack, stateme
 from difflab.bundle.problems import Problem
 from difflab.bundle.trust import TrustPolicy
 from difflab.errors import ConfigError
+from difflab.files.names import has_controls
 
 
 @dataclass
@@ -57,6 +58,11 @@ def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
     problems = report.problems
     listing = layout.scan(root)
     problems += [Problem(rel, "is a link or special file; bundles hold plain files") for rel in listing.odd]
+    problems += [
+        Problem(rel, "file name holds control characters; a bundle never does (shown escaped)")
+        for rel in listing.files
+        if has_controls(rel)
+    ]
     report.files = len(listing.files)
     if layout.CHECKSUMS not in listing.files:
         problems.append(Problem(layout.CHECKSUMS, "missing: this is not a sealed bundle"))
@@ -175,9 +181,10 @@ def _no_trust_problem(carried: Mapping[str, Ed25519PublicKey], trust: TrustPolic
         fps = ", ".join(sorted(carried))
         return Problem(
             layout.PUBLIC_KEY,
-            f"the bundle carries key {fps}, which you have not trusted (trust: "
-            f"{trust.describe()}); check the fingerprint with the publisher, then pass "
-            f"--fingerprint {sorted(carried)[0]}, or pass --key with their public key",
+            f"signed with a key you have not trusted (trust: {trust.describe()}). The bundle names its key "
+            f"as (untrusted: {fps}): anyone who can change the bundle can change that too. Get the "
+            "fingerprint the publisher published through another channel and pass that with --fingerprint, "
+            "or pass --key with their public key",
         )
     return Problem(layout.KEYS, f"no trusted key to check signatures with (trust: {trust.describe()})")
 

@@ -23,6 +23,7 @@ from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import build_runner, runner_class
+from difflab.runner.jobs import check_probe_files
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
 from difflab.workflows.observe import ProbeOptions, observe
@@ -59,6 +60,7 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
     record = RunRecord(command="backport", argv=req.argv)
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
     out = (req.out or default_out()).resolve()
     check_out(out, force=req.force, ours=is_run_folder)  # before anything is fetched
     source = GitSource(repo=req.repo, cache=req.cache)

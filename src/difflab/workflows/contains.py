@@ -22,6 +22,7 @@ from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now, write_json
 from difflab.runner import Runner, build_runner
+from difflab.runner.jobs import check_probe_files
 from difflab.source.release import ReleaseSource
 from difflab.workflows.observe import Selection, observe
 
@@ -114,6 +115,7 @@ def run_contains(
     record = RunRecord(command="contains")
     matrix = load_matrix(matrix_path)
     fixes = matrix.select(fix_ids)
+    check_probe_files(fixes, matrix.path)
     order = sorted(matrix.releases, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
     releases = releases or order
     unknown = [r for r in releases if r not in matrix.releases]

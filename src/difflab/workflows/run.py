@@ -23,6 +23,7 @@ from difflab.progress import Reporter
 from difflab.report import write_reports
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
+from difflab.runner.jobs import check_probe_files
 from difflab.source import MaterialisedSource, source_class
 from difflab.source.sides import materialise_sides, source_label
 from difflab.upstream_tests import replay_run
@@ -70,6 +71,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         raise ConfigError(f"--side must be base or head, got {req.sides}")
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
     record.fixes = [f.id for f in fixes]
     local = runner_class(req.runner).local_environment
     out = (req.out or default_out()).resolve()

@@ -29,7 +29,7 @@ from difflab.report.markdown import cell
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
 from difflab.runner import ProbeJob, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
-from difflab.runner.jobs import build_jobs
+from difflab.runner.jobs import build_jobs, check_probe_files
 from difflab.source import MaterialisedSource
 from difflab.source.release import ReleaseSource
 from difflab.workflows.observe import Selection
@@ -327,6 +327,7 @@ def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationRes
     """Mutate every selected head release and judge its probes; the run folder holds selfcheck.*."""
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
     record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
     out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
     check_out(out, force=req.force, ours=is_run_folder)  # before sources are unpacked
