@@ -170,3 +170,28 @@ def test_a_checksums_statement_added_to_a_format_1_bundle_is_not_covered(publish
     relist_all(published)
     found = problems_of(published, trust.build(fingerprints=[PUBLISHED_FINGERPRINT]))
     assert any(p.startswith(f"{layout.CHECKSUMS_ENVELOPE}: ") for p in found), found
+
+
+def test_the_threat_model_table_names_only_tests_that_exist() -> None:
+    """docs/bundle.md's threat model names its tests; a renamed or dropped test must not leave it stale."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "bundle.md").read_text()
+    table = text[text.index("## Threat model") : text.index("## From code")]
+    named: list[tuple[str, str | None]] = []
+    for row in (line for line in table.splitlines() if line.startswith("| ") and "`test_" in line):
+        current = None
+        for ref in re.findall(r"`((?:test_\w+\.py)?(?:::\w+)?)`", row.split("|")[4]):
+            file, _, name = ref.partition("::")
+            current = file or current
+            assert current, f"{ref}: no test file named before it"
+            named.append((current, name or None))
+    assert len(named) > 30
+    for file, name in named:
+        path = root / "tests" / file
+        assert path.is_file(), file
+        if name:
+            functions = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+            assert name in functions, f"{file}::{name} is named in docs/bundle.md but does not exist"
