@@ -172,9 +172,11 @@ def _move_into_place(work: Path, out: Path, keep_existing: bool) -> None:
 
 def _protected() -> list[tuple[str, Path]]:
     """Folders a results folder may never be, or contain: replacing it would delete them."""
-    places = [("the working directory", Path.cwd()), ("the repository root", repo_root()), ("the cache", cache_root())]
+    places = [("the repository root", repo_root()), ("the cache", cache_root())]
     with contextlib.suppress(RuntimeError):  # no home folder known
-        places.insert(1, ("your home folder", Path.home()))
+        places.insert(0, ("your home folder", Path.home()))
+    with contextlib.suppress(OSError):  # the working directory was removed
+        places.insert(0, ("the working directory", Path.cwd()))
     return [(what, path.resolve()) for what, path in places]
 
 

@@ -177,17 +177,24 @@ def check(tree: Path, wheel_sha256: str) -> TreeCheck | None:
             return TreeCheck(digest, ())
     except OSError as exc:
         return TreeCheck(digest, (f"{exc.filename or tree} (unreadable: {exc.strerror})",))
+    expected = read_listing(tree, digest)
+    if expected is None:
+        return None
+    changed = compare(tree, expected)
+    if not changed:
+        _write_manifest(tree, digest, wheel_sha256)
+    return TreeCheck(digest, tuple(changed))
+
+
+def read_listing(tree: Path, digest: str) -> dict[str, str] | None:
+    """The tree's recorded listing (path -> sha256), if it is there and hashes to ``digest``."""
     try:
         data = listing_path(tree).read_bytes()
     except OSError:
         return None
     if hashlib.sha256(data).hexdigest() != digest:
         return None
-    expected = {line[66:]: line[:64] for line in data.decode("utf-8").splitlines() if len(line) > 66}
-    changed = compare(tree, expected)
-    if not changed:
-        _write_manifest(tree, digest, wheel_sha256)
-    return TreeCheck(digest, tuple(changed))
+    return {line[66:]: line[:64] for line in data.decode("utf-8").splitlines() if len(line) > 66}
 
 
 def make_read_only(tree: Path) -> None:
