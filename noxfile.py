@@ -46,7 +46,16 @@ def side(session: nox.Session, fix: str, side: str) -> None:
     """Observe one side of one fix (a CI matrix cell); pass ``-- --source git`` etc. through."""
     _install(session)
     session.run(
-        "difflab", "observe", "--fix", fix, "--side", side, "--out", f"results/ci/{fix}-{side}", *session.posargs
+        "difflab",
+        "observe",
+        "--fix",
+        fix,
+        "--side",
+        side,
+        "--out",
+        f"results/ci/{fix}-{side}",
+        "--force",
+        *session.posargs,
     )
 
 
@@ -54,7 +63,7 @@ def side(session: nox.Session, fix: str, side: str) -> None:
 def merge(session: nox.Session) -> None:
     """Judge the observations the ``side`` sessions left under results/ci/."""
     _install(session)
-    session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", *session.posargs)
+    session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", "--force", *session.posargs)
 
 
 @nox.session(python=PYTHON)

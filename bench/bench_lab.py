@@ -57,7 +57,8 @@ from difflab.runner.base import ProbeJob
 from difflab.runner.jobs import build_jobs
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.runner.warm import WarmRunner
-from difflab.source.release import ReleaseSource, unpack_sglang
+from difflab.source import tree
+from difflab.source.release import ReleaseSource, sha256_file, unpack_sglang
 from difflab.source.sides import materialise_sides
 
 MB = 1024 * 1024
@@ -368,11 +369,42 @@ def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> d
     }
 
 
+def source_check(releases: list[str], matrix: Any, cache: Path, reps: int = 5) -> dict[str, float]:
+    """What checking the cached release trees before use costs per run, next to re-hashing them all.
+
+    Both on the same trees, best of ``reps``: the stat-signature check every run does, and the
+    full content comparison it replaces (which runs only when a signature moved).
+    """
+    backend = ReleaseSource(matrix.releases, cache=cache)
+    trees = [(backend.release(r).root, matrix.releases[r].sha256) for r in releases]
+
+    def best(work: Any) -> float:
+        times = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    def check_all() -> None:
+        for root, sha in trees:
+            assert (found := tree.check(root, sha)) is not None and found.intact
+
+    def rehash_all() -> None:
+        for root, sha in trees:
+            found = tree.check(root, sha)
+            assert found is not None
+            expected = tree.read_listing(root, found.digest)
+            assert expected is not None and tree.compare(root, expected) == []
+
+    return {"check_s": best(check_all), "rehash_s": best(rehash_all)}
+
+
 def unpack_time(wheels: list[Path], scratch: Path) -> float:
     """What materialising the sources costs once downloaded: the release source's own unpacker."""
     t = time.perf_counter()
     for wheel in wheels:
-        unpack_sglang(wheel, scratch / "unpack" / wheel.stem)
+        unpack_sglang(wheel, scratch / "unpack" / wheel.stem, sha256_file(wheel))
     return time.perf_counter() - t
 
 
@@ -425,6 +457,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results["profile"] = profile_warm(lab_jobs, lab_env, lab)
         results["marginal"] = marginal(lab_jobs, lab_env, lab, scratch / "logs-lab")
         results["unpack_s"] = unpack_time(list(wheel_of.values()), scratch)
+        results["source_check"] = source_check(releases, matrix, cache)
         if args.env_build:
             say("one-off: building a shared environment from the wheelhouse")
             results["env_build_s"] = env_build_time(env, cache, scratch)
@@ -463,12 +496,19 @@ def render(results: dict[str, Any]) -> str:
     if cores > 1 and f"per_probe_s_parallel{cores}" in m:
         cost += f" ({m[f'per_probe_s_parallel{cores}'] * 1000:.0f} ms {cores} at a time)"
     once = [f"unpacking {len(results['releases'])} release(s) {results['unpack_s']:.1f} s"]
+    check = results.get("source_check")
+    per_run = (
+        f" Every run checks the cached release trees before use: {check['check_s'] * 1000:.0f} ms for "
+        f"{len(results['releases'])} (re-hashing them would take {check['rehash_s'] * 1000:.0f} ms)."
+        if check
+        else ""
+    )
     if "env_build_s" in results:
         once.insert(0, f"building the shared environment {results['env_build_s']:.1f} s")
     same = ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in results["identical"].items())
     lines += [
         "",
-        f"{cost}. One-off: {', '.join(once)}.",
+        f"{cost}. One-off: {', '.join(once)}.{per_run}",
         "",
         f"Observations identical to ({results['identical_to']}): {same}",
     ]

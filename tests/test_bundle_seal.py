@@ -57,7 +57,8 @@ def test_seal_writes_the_bundle_layout(tmp_path: Path) -> None:
         assert (run_dir / rel).is_file(), rel
     assert (run_dir / layout.FINGERPRINT).read_text().strip() == info.fingerprint
     assert info.key_source == "argument" and info.files == len(layout.scan(run_dir).files)
-    assert len(info.attestations) == 5
+    assert len(info.attestations) == 6  # 4 per fix and side, the run, and the checksums (signed last)
+    assert (run_dir / layout.CHECKSUMS_ENVELOPE).is_file()
     assert info.fingerprint in (run_dir / layout.REPRODUCE).read_text()
     assert info.fingerprint in str(info)
 
@@ -68,7 +69,7 @@ def test_checksums_cover_every_file_sorted_bytewise_and_sha256sum_agrees(tmp_pat
     text = (run_dir / layout.CHECKSUMS).read_text()
     names = [line.split("  ", 1)[1] for line in text.splitlines()]
     assert names == sorted(names, key=lambda n: n.encode())
-    assert set(names) == set(layout.scan(run_dir).files) - {layout.CHECKSUMS}
+    assert set(names) == set(layout.scan(run_dir).files) - {layout.CHECKSUMS, layout.CHECKSUMS_ENVELOPE}
     assert "REPRODUCE.md" in names and "attestations/run.intoto.json" in names
     for line in text.splitlines():
         digest, rel = line.split("  ", 1)

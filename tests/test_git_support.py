@@ -110,6 +110,10 @@ def _commit_tree(repo: Path, tree: Path, subject: str, date: str, extra: dict[st
     target = repo / "python" / "sglang"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(tree, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _dirs, files in os.walk(target):  # the cached release tree is read-only; the repository is not
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
     for rel, text in (extra or {}).items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)

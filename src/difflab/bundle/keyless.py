@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import datetime as dt
 import hashlib
 import json
@@ -34,6 +35,34 @@ GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 BUNDLE_SUFFIX = ".sigstore.json"
 PURPOSE = "checking a Sigstore signature"
 _OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.1", "1.3.6.1.4.1.57264.1.8")
+
+
+@dataclass(frozen=True)
+class BundledEnvelope:
+    """The DSSE envelope inside a Sigstore bundle: what it claims to sign (its signature is not checked here)."""
+
+    payload_type: str
+    payload: bytes
+
+
+def dsse_envelope(data: bytes) -> BundledEnvelope:
+    """Read a Sigstore bundle's ``dsseEnvelope`` without sigstore-python; ValueError if there is none."""
+    try:
+        bundle = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    envelope = bundle.get("dsseEnvelope") if isinstance(bundle, dict) else None
+    if not isinstance(envelope, dict):
+        raise ValueError("no dsseEnvelope")
+    payload_type, payload = envelope.get("payloadType"), envelope.get("payload")
+    if not isinstance(payload_type, str) or not isinstance(payload, str):
+        raise ValueError("dsseEnvelope without payloadType or payload")
+    if not envelope.get("signatures"):
+        raise ValueError("dsseEnvelope carries no signature")
+    try:
+        return BundledEnvelope(payload_type, base64.b64decode(payload, validate=True))
+    except (binascii.Error, ValueError):
+        raise ValueError("dsseEnvelope payload is not base64") from None
 
 
 # -- signing ------------------------------------------------------------------------------------------

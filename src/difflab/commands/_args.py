@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from difflab.bundle.pack import DEFAULT_MAX_UNPACKED
 from difflab.paths import default_matrix
 from difflab.runner import DEFAULT, RUNNERS
 from difflab.runner.base import DEFAULT_TIMEOUT_S
@@ -20,8 +21,15 @@ def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (rep
     parser.add_argument("--fix", action="append", dest="fixes", metavar="N", help=help)
 
 
-def out(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--out", type=Path, help=f"results folder (default: {default})")
+def out(parser: argparse.ArgumentParser, default: str | None, required: bool = False) -> None:
+    """``--out`` and ``--force``: a results folder never replaces anything but an earlier one, and only when asked."""
+    where = "results folder" + (f" (default: {default})" if default else "")
+    parser.add_argument("--out", type=Path, required=required, help=f"{where}; must be new, empty, or see --force")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out if it holds an earlier difflab results folder (never any other folder)",
+    )
 
 
 def source(parser: argparse.ArgumentParser) -> None:
@@ -84,13 +92,28 @@ def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only:
 
 def selection(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
-    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}
+    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "force", "runner", "use_cache")}
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
     options = selection(args) | {"timeout_s": args.timeout}
     return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+
+
+def archive_limit(parser: argparse.ArgumentParser) -> None:
+    """``--max-unpacked-mib``: how much an archive may unpack to before it is refused unread."""
+    parser.add_argument(
+        "--max-unpacked-mib",
+        type=int,
+        default=DEFAULT_MAX_UNPACKED // 2**20,
+        metavar="MIB",
+        help="refuse an archive whose members add up to more than this (default: %(default)s MiB)",
+    )
+
+
+def max_unpacked(args: argparse.Namespace) -> int:
+    return max(0, args.max_unpacked_mib) * 2**20
 
 
 def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:

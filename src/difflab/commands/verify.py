@@ -7,6 +7,7 @@ from pathlib import Path
 
 from difflab.bundle import keyless, trust
 from difflab.bundle.verify import verify_path
+from difflab.commands import _args
 from difflab.errors import VerificationFailed
 from difflab.progress import Reporter
 
@@ -23,11 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     trust.add_arguments(parser)
     keyless.add_arguments(parser)
+    _args.archive_limit(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     out = Reporter()
-    report = verify_path(args.path, trust.from_args(args), keyless.policy_from_args(args), args.sigstore_bundle)
+    report = verify_path(
+        args.path,
+        trust.from_args(args),
+        keyless.policy_from_args(args),
+        args.sigstore_bundle,
+        max_bytes=_args.max_unpacked(args),
+    )
     for check in report.keyless:
         for line in check.lines():
             out.print(line)

@@ -83,8 +83,8 @@ def _release(w: _Where, version: str, raw: Any) -> ReleasePin:
     assert file is not None and sha is not None
     if not _SHA256.match(sha):
         raise w.fail(f"{where}.sha256", "expected 64 lowercase hex digits")
-    if not file.endswith(".whl") or f"-{version}-" not in file:
-        raise w.fail(f"{where}.file", f"expected a wheel file name for version {version}")
+    if not file.endswith(".whl") or not file.startswith(f"sglang-{version}-"):
+        raise w.fail(f"{where}.file", f"expected the sglang wheel of version {version} (sglang-{version}-...whl)")
     return ReleasePin(version=version, file=file, sha256=sha)
 
 

@@ -18,12 +18,13 @@ from difflab.backport.report import write_backport_json, write_backport_junit, w
 from difflab.bundle import seal
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import check_out, results_folder
 from difflab.matrix import Fix, ReleasePin, load_matrix
 from difflab.paths import repo_root
 from difflab.progress import Reporter
-from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import build_runner, runner_class
+from difflab.runner.jobs import check_probe_files
 from difflab.source.base import MaterialisedSource
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
@@ -99,14 +100,16 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
     record = RunRecord(command="backport", argv=req.argv)
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
+    out = (req.out or default_out()).resolve()
+    check_out(out, force=req.force, ours=is_run_folder)  # before anything is fetched
     folder = tests_dir(req.upstream_tests)
     source = GitSource(repo=req.repo, cache=req.cache, with_tests=folder is not None)
     say(f"fork {source.repo} at {req.ref}")
     fork = source.rev(req.ref, what=f"{req.ref!r}")
     say(f"fork commit {fork.identity['commit']} (tree {fork.identity['tree'][:12]})")
     upstream = req.upstream or default_repo()
-    out = (req.out or default_out()).resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         env = SharedEnvironment()
         if runner_class(req.runner).local_environment:
             env.ensure(progress=say)

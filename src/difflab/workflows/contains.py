@@ -16,13 +16,14 @@ from typing import Any
 from difflab.diff.likeness import judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import check_out, results_folder
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import Observation
 from difflab.paths import repo_root
 from difflab.progress import Reporter
-from difflab.report.record import copy_matrix, folder_stamp, utc_now, write_json
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now, write_json
 from difflab.runner import Runner, build_runner
+from difflab.runner.jobs import check_probe_files
 from difflab.source.release import ReleaseSource
 from difflab.upstream_tests import (
     agree_on_side,
@@ -146,17 +147,21 @@ def run_contains(
     env: SharedEnvironment,
     reporter: Reporter,
     upstream_tests: Path | None = None,
+    force: bool = False,
 ) -> tuple[list[Fix], list[str], list[Cell], Path]:
     folder = tests_dir(upstream_tests)
+    record = RunRecord(command="contains")
     matrix = load_matrix(matrix_path)
     fixes = matrix.select(fix_ids)
+    check_probe_files(fixes, matrix.path)
     order = sorted(matrix.releases, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
     releases = releases or order
     unknown = [r for r in releases if r not in matrix.releases]
     if unknown:
         raise ConfigError(f"{matrix.path}: release(s) {unknown} are not pinned under [releases]")
+    record.fixes = [f.id for f in fixes]
     out = (out or repo_root() / "results" / f"contains-{folder_stamp(utc_now())}").resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=force, ours=is_run_folder) as work:
         env.ensure()
         backend = ReleaseSource(matrix.releases)
         sources = {(fix.id, r): backend.release(r) for r in releases for fix in fixes}
@@ -184,7 +189,9 @@ def run_contains(
         }
         write_json(work / "contains.json", doc)
         (work / "contains.md").write_text(render_markdown(fixes, releases, cells) + "".join(f"{a}\n" for a in appendix))
-        copy_matrix(work, matrix.path)
+        record.details = {"releases": releases, "runner": runner.describe(), "environment_digest": env.digest}
+        passed = all(c.agrees and c.verdict != "error" for c in cells)
+        record.write(work, 0 if passed else 1, matrix=(matrix.path, matrix.sha256))
     return fixes, releases, cells, out
 
 
@@ -200,6 +207,10 @@ class ContainsRequest(Selection):
 def execute(req: ContainsRequest, reporter: Reporter) -> tuple[list[Fix], list[str], list[Cell], Path]:
     """The release table, on the shared environment with the chosen back end."""
     tests_dir(req.upstream_tests)  # a bad folder is refused before the environment is built
+    if req.out is not None:
+        check_out(req.out, force=req.force, ours=is_run_folder)  # before the environment is built
     env = SharedEnvironment().ensure(progress=reporter.say)
     runner = build_runner(req.runner, env, req.use_cache)
-    return run_contains(req.matrix, req.fixes, req.releases, req.out, runner, env, reporter, req.upstream_tests)
+    return run_contains(
+        req.matrix, req.fixes, req.releases, req.out, runner, env, reporter, req.upstream_tests, req.force
+    )

@@ -15,15 +15,15 @@ from difflab.bundle import seal
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import results_folder
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SIDES
 from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
-from difflab.runner.jobs import Sources
+from difflab.runner.jobs import Sources, check_probe_files
 from difflab.source import MaterialisedSource, source_class
 from difflab.source.sides import Say, materialise_sides, source_label
 from difflab.upstream_tests import (
@@ -101,6 +101,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         raise ConfigError(f"--side must be base or head, got {req.sides}")
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
     record.fixes = [f.id for f in fixes]
     local = runner_class(req.runner).local_environment
     folder = tests_dir(req.upstream_tests) if req.both_sides else None  # bad input stops the run before it starts
@@ -108,7 +109,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         raise ConfigError(f"--upstream-tests runs in the local shared environment; not with --backend {req.runner}")
     replaying = req.both_sides and local and (folder is not None or req.source_kind == "git")
     out = (req.out or default_out()).resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
         sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
         env = SharedEnvironment()
