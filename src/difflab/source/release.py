@@ -84,6 +84,13 @@ class ReleaseSource:
             digest=f"sha256:{pin.sha256}",
         )
 
+    def wheel(self, version: str) -> Path:
+        """The pinned wheel file of one release in the cache (downloaded and checked if absent)."""
+        pin = self.releases.get(version)
+        if pin is None:
+            raise ConfigError(f"release {version!r} is not pinned in the matrix [releases] table")
+        return self._wheel(pin)
+
     # -- steps ------------------------------------------------------------------
     def _wheel(self, pin: ReleasePin) -> Path:
         assert self.cache is not None
