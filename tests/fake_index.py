@@ -116,12 +116,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             page = Path(path) / "index.json"
             if page.is_file():
                 body = page.read_bytes()
+                self.server.json_served.append(self.path)  # type: ignore[attr-defined]  # before the client can read it
                 self.send_response(200)
                 self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                self.server.json_served.append(self.path)  # type: ignore[attr-defined]
                 return
         super().do_GET()
 
