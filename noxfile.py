@@ -75,9 +75,9 @@ def pack(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def contains(session: nox.Session) -> None:
-    """Which release carries which fix, by behaviour."""
+    """Every fix on every release in matrices/releases.lock: which release carries which fix, and regressions."""
     _install(session)
-    session.run("difflab", "contains", *session.posargs)
+    session.run("difflab", "contains", "--all", *session.posargs)
 
 
 @nox.session(python=PYTHON)

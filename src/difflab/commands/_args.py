@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from difflab.bundle.pack import DEFAULT_MAX_UNPACKED
-from difflab.paths import default_matrix
+from difflab.paths import default_matrix, default_release_lock
 from difflab.runner import DEFAULT, RUNNERS
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import SOURCES
@@ -15,6 +15,19 @@ from difflab.source.mirror import REPO_ENV
 
 def matrix(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
+
+
+def release_lock(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock-file",
+        type=Path,
+        default=default_release_lock(),
+        help="the release lock (default: %(default)s)",
+    )
+
+
+def since(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--since", metavar="VERSION", help=f"oldest release to include (default: {default})")
 
 
 def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (repeatable; default: all)") -> None:

@@ -105,6 +105,13 @@ class ReleaseSource:
             digest=f"sha256:{pin.sha256}+tree:{digest}",
         )
 
+    def wheel(self, version: str) -> Path:
+        """The pinned wheel file of one release in the cache (downloaded and checked if absent)."""
+        pin = self.releases.get(version)
+        if pin is None:
+            raise ConfigError(f"release {version!r} is not pinned in the matrix [releases] table")
+        return self._wheel(pin)
+
     # -- the tree -------------------------------------------------------------------
     def _verified_tree(self, pin: ReleasePin, target: Path) -> str:
         """The digest of an intact tree of ``pin``: the cached one if unchanged, else a fresh unpack."""
