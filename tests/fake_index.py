@@ -8,9 +8,12 @@ the same sha256 every time.
 
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
 import html
 import http.server
+import io
 import json
 import os
 import re
@@ -45,7 +48,8 @@ def repack_release(wheel: Path, version: str, edits: Mapping[str, tuple[str, str
     old_version = old[1]
     target = folder / wheel.name.replace(f"sglang-{old_version}-", f"sglang-{version}-")
     pending = dict(edits)
-    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as out:
+    members: dict[str, bytes] = {}
+    with zipfile.ZipFile(wheel) as src:
         for name in sorted(src.namelist()):
             data = src.read(name)
             new_name = name.replace(f"sglang-{old_version}.dist-info/", f"sglang-{version}.dist-info/")
@@ -61,11 +65,31 @@ def repack_release(wheel: Path, version: str, edits: Mapping[str, tuple[str, str
                 text = data.decode()
                 assert text.count(find) == 1, f"{name}: the edit's text is not there exactly once"
                 data = text.replace(find, replace).encode()
-            info = zipfile.ZipInfo(new_name, date_time=FIXED_TIME)
+            members[new_name] = data
+    assert not pending, f"members not in the wheel: {sorted(pending)}"
+    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
+    members[record] = _record(members, record)
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as out:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
             info.external_attr = 0o644 << 16
             out.writestr(info, data)
-    assert not pending, f"members not in the wheel: {sorted(pending)}"
     return target
+
+
+def _record(members: Mapping[str, bytes], record: str) -> bytes:
+    """RECORD as the repacked wheel's own: every member with its sha256 and size (CSV, as a real build writes it)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for name, data in members.items():
+        if name.endswith("/"):
+            continue  # a directory entry: RECORD lists files only
+        if name == record:
+            writer.writerow([name, "", ""])
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([name, f"sha256={digest}", len(data)])
+    return out.getvalue().encode()
 
 
 def write_project_page(root: Path, project: str, files: list[Path], yanked: Mapping[str, str] | None = None) -> Path:

@@ -171,7 +171,8 @@ def execute(
         appendix: list[str] = []
         if folder is not None:
             env = make_env(plans[0].pins) if plans else SharedEnvironment()
-            appendix = replay_upstream_tests(work, fixes, sources, backend, table, env, folder, reporter)
+            matrix_backend = ReleaseSource({**matrix.releases, **pins})
+            appendix = replay_upstream_tests(work, fixes, sources, matrix_backend, table, env, folder, reporter)
         planned = [{"digest": d["digest"], "pins": d.get("pins", []), "releases": d["releases"]} for d in env_docs]
         extra = {"environments": planned, "lock": _lock_reference(lock)}
         write_files(work, table, extra, appendix)
@@ -207,6 +208,7 @@ def replay_upstream_tests(
     reporter: Reporter,
 ) -> list[str]:
     """SGLang's own tests of each fix on every release, beside each cell; returns the Markdown section."""
+    # ``backend`` knows the matrix's pins too: the fix's own base and head decide which names it adds
     references = {fix.id: release_reference(fix, backend) for fix in fixes}
     replays = for_sources(fixes, sources, references, env, folder, reporter.say)
     agreements = agree_on_side(replays, {(c.fix, c.release): c.verdict for c in table.cells})
