@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from difflab.bundle import checksums, keys, layout, trust
+from difflab.bundle import checksums, keyless, keys, layout, trust
 from difflab.bundle.sealing import seal, seal_checksums
 from difflab.bundle.verify import verify_path
+from sigstore_fake import FakeSigstore
 from test_bundle_seal import fake_sigstore
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     isolated_config,
@@ -39,30 +40,38 @@ def problems_of(run_dir: Path, policy: trust.TrustPolicy) -> list[str]:
 
 
 @pytest.fixture
-def signed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, trust.TrustPolicy]:
-    """A bundle sealed in 'CI', so it carries a (stand-in) Sigstore bundle over its run statement."""
+def signed(tmp_path: Path) -> tuple[Path, trust.TrustPolicy, Path]:
+    """A bundle sealed in 'CI', so it carries a Sigstore bundle (from a local instance) over its run
+    statement; the stand-in signer is gone again before anything verifies."""
     private, public = make_key(tmp_path / "keys")
-    fake_sigstore(monkeypatch, [])
     run_dir = make_run_folder(tmp_path)
-    seal(run_dir, private, echo=lambda _m: None, environ=CI)
+    instance = FakeSigstore()
+    with pytest.MonkeyPatch.context() as mp:
+        fake_sigstore(mp, [], instance)
+        seal(run_dir, private, echo=lambda _m: None, environ=CI)
     assert (run_dir / layout.SIGSTORE_BUNDLE).is_file()
-    return run_dir, trust.build(key_files=[public])
+    return run_dir, trust.build(key_files=[public]), instance.write_trusted_root(tmp_path / "trusted_root.json")
 
 
-def test_a_sealed_bundle_with_a_sigstore_bundle_verifies_and_says_the_signer_is_unverified(
-    signed: tuple[Path, trust.TrustPolicy],
+def test_a_sealed_bundle_with_a_sigstore_bundle_verifies_against_its_root_and_only_there(
+    signed: tuple[Path, trust.TrustPolicy, Path],
 ) -> None:
-    run_dir, policy = signed
-    report = verify_path(run_dir, policy)
+    """Bound to the run statement and verified offline against the root that issued it; against the
+    public-good root (which never issued this certificate) it is a problem, never "present"."""
+    run_dir, policy, root = signed
+    report = verify_path(run_dir, policy, keyless.KeylessPolicy(trust_root=root))
     assert report.ok, report.failure_message()
-    [note] = [n for n in report.notes if layout.SIGSTORE_BUNDLE in n]
-    assert "bound to the signed run statement" in note and "NOT verified" in note
-    assert "present" not in note
+    (check,) = report.keyless
+    text = "\n".join(check.lines())
+    assert check.verified and "byte for byte the run statement" in text and "no identity pinned" in text
+    elsewhere = verify_path(run_dir, policy)
+    assert [str(p) for p in elsewhere.problems if layout.SIGSTORE_BUNDLE in str(p)]
+    assert not elsewhere.ok
 
 
-def test_every_file_is_covered_by_a_signature(signed: tuple[Path, trust.TrustPolicy], tmp_path: Path) -> None:
+def test_every_file_is_covered_by_a_signature(signed: tuple[Path, trust.TrustPolicy, Path], tmp_path: Path) -> None:
     """Change any one file (and recompute SHA256SUMS): verification fails, naming a file."""
-    run_dir, policy = signed
+    run_dir, policy, _root = signed
     files = layout.scan(run_dir).files
     assert layout.SIGSTORE_BUNDLE in files and layout.CHECKSUMS_ENVELOPE in files
     for rel in files:
@@ -86,8 +95,8 @@ def test_adding_a_sigstore_bundle_is_caught(tmp_path: Path) -> None:
     assert any(p.startswith("SHA256SUMS: sha256 does not match the signed checksums statement") for p in found), found
 
 
-def test_swapping_the_sigstore_bundle_is_caught(signed: tuple[Path, trust.TrustPolicy]) -> None:
-    run_dir, policy = signed
+def test_swapping_the_sigstore_bundle_is_caught(signed: tuple[Path, trust.TrustPolicy, Path]) -> None:
+    run_dir, policy, _root = signed
     bundle = json.loads((run_dir / layout.SIGSTORE_BUNDLE).read_text())
     bundle["verificationMaterial"]["certificate"]["rawBytes"] = "MIID-someone-else"
     (run_dir / layout.SIGSTORE_BUNDLE).write_text(json.dumps(bundle))
@@ -95,16 +104,16 @@ def test_swapping_the_sigstore_bundle_is_caught(signed: tuple[Path, trust.TrustP
     assert any(p.startswith("SHA256SUMS: ") for p in problems_of(run_dir, policy))
 
 
-def test_removing_the_sigstore_bundle_is_caught(signed: tuple[Path, trust.TrustPolicy]) -> None:
-    run_dir, policy = signed
+def test_removing_the_sigstore_bundle_is_caught(signed: tuple[Path, trust.TrustPolicy, Path]) -> None:
+    run_dir, policy, _root = signed
     (run_dir / layout.SIGSTORE_BUNDLE).unlink()
     relist_all(run_dir)
     assert any(p.startswith("SHA256SUMS: ") for p in problems_of(run_dir, policy))
 
 
-def test_removing_the_checksums_statement_is_caught(signed: tuple[Path, trust.TrustPolicy]) -> None:
+def test_removing_the_checksums_statement_is_caught(signed: tuple[Path, trust.TrustPolicy, Path]) -> None:
     """No downgrade: the signed run statement says the bundle is format 2, so the statement must be there."""
-    run_dir, policy = signed
+    run_dir, policy, _root = signed
     (run_dir / layout.CHECKSUMS_ENVELOPE).unlink()
     found = problems_of(run_dir, policy)
     assert (
@@ -112,11 +121,12 @@ def test_removing_the_checksums_statement_is_caught(signed: tuple[Path, trust.Tr
     )
 
 
-def test_a_sigstore_bundle_over_something_else_is_unbound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sigstore_bundle_over_something_else_is_unbound(tmp_path: Path) -> None:
     private, public = make_key(tmp_path / "keys")
-    fake_sigstore(monkeypatch, [], signs=lambda payload: payload.replace(b'"run"', b'"forged"'))
     run_dir = make_run_folder(tmp_path)
-    seal(run_dir, private, echo=lambda _m: None, environ=CI)
+    with pytest.MonkeyPatch.context() as mp:
+        fake_sigstore(mp, [], signs=lambda payload: payload.replace(b'"run"', b'"forged"'))
+        seal(run_dir, private, echo=lambda _m: None, environ=CI)
     found = problems_of(run_dir, trust.build(key_files=[public]))
     assert found == [
         f"{layout.SIGSTORE_BUNDLE}: signs something other than the run statement in {layout.RUN_ENVELOPE}; unbound"

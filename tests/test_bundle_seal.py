@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -186,9 +186,17 @@ def test_sigstore_is_skipped_with_a_message_when_not_installed(tmp_path: Path, m
     assert any("sigstore is not installed" in m for m in said)
 
 
-def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes], instance: FakeSigstore) -> None:
+def fake_sigstore(
+    monkeypatch: pytest.MonkeyPatch,
+    signed: list[bytes],
+    instance: FakeSigstore | None = None,
+    *,
+    signs: Callable[[bytes], bytes] = lambda payload: payload,
+) -> None:
     """Stand-in sigstore-python signing modules (4.x layout): they record what would be signed and
-    return a real bundle from a local Sigstore instance, so no OIDC provider or log is reached."""
+    return a real bundle from a local Sigstore instance, so no OIDC provider or log is reached.
+    ``signs`` lets a test make the signer sign something other than what it was handed."""
+    instance = instance or FakeSigstore()
 
     class Statement:
         def __init__(self, contents: bytes) -> None:
@@ -204,7 +212,7 @@ def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes], instance
     class Signer:
         def sign_dsse(self, statement: Statement) -> Bundle:
             signed.append(statement.contents)
-            return Bundle(instance.sign_statement(statement.contents))
+            return Bundle(instance.sign_statement(signs(statement.contents)))
 
     class SigningContext:
         @classmethod
