@@ -2,8 +2,10 @@
 
 ``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
 out per fix x side (one CI job each) and ``nox -s merge`` turns their
-observations into verdicts. ``nox -s tests`` runs the test suite. ``nox -s mutation``
-(nightly) measures how many small edits to the judging core the fast tests catch.
+observations into verdicts (a sealed run folder) and ``nox -s pack`` packs it
+into the deterministic tarball CI signs. ``nox -s tests`` runs the test suite.
+``nox -s mutation`` (nightly) measures how many small edits to the judging core
+the fast tests catch.
 """
 
 from __future__ import annotations
@@ -47,7 +49,16 @@ def side(session: nox.Session, fix: str, side: str) -> None:
     """Observe one side of one fix (a CI matrix cell); pass ``-- --source git`` etc. through."""
     _install(session)
     session.run(
-        "difflab", "observe", "--fix", fix, "--side", side, "--out", f"results/ci/{fix}-{side}", *session.posargs
+        "difflab",
+        "observe",
+        "--fix",
+        fix,
+        "--side",
+        side,
+        "--out",
+        f"results/ci/{fix}-{side}",
+        "--force",
+        *session.posargs,
     )
 
 
@@ -55,14 +66,21 @@ def side(session: nox.Session, fix: str, side: str) -> None:
 def merge(session: nox.Session) -> None:
     """Judge the observations the ``side`` sessions left under results/ci/."""
     _install(session)
-    session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", *session.posargs)
+    session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", "--force", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def pack(session: nox.Session) -> None:
+    """Pack the sealed folder ``merge`` wrote into results/difflab-ci.tar.gz (what CI signs with Sigstore)."""
+    _install(session)
+    session.run("difflab", "pack", "results/ci-merged", "--output", "results/difflab-ci.tar.gz", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def contains(session: nox.Session) -> None:
-    """Which release carries which fix, by behaviour."""
+    """Every fix on every release in matrices/releases.lock: which release carries which fix, and regressions."""
     _install(session)
-    session.run("difflab", "contains", *session.posargs)
+    session.run("difflab", "contains", "--all", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -23,6 +23,11 @@ built by the lab's own job builder from the lab's release source:
 (d) lab cache hit: the same command as (b) again; every result comes from the cache.
 (e) with ``--with-subprocess``: ``--backend subprocess --no-cache``.
 
+Then the release watch, ``difflab contains --all`` over every release in the release lock:
+once to fill the result cache (and warm every release's bytecode), then warm with
+``--no-cache`` (every probe on every release runs again: the budget number), then each
+release alone with ``--no-cache`` (what one more release costs), then a full cache hit.
+
 The lab phases run the real CLI in a subprocess whose ``DIFFLAB_CACHE`` is a scratch
 cache whose ``envs``, ``sources`` and ``wheels`` link to the real ones (``--cache``);
 the in-process measurements get the same scratch cache passed in. Memory is sampled
@@ -57,7 +62,8 @@ from difflab.runner.base import ProbeJob
 from difflab.runner.jobs import build_jobs
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.runner.warm import WarmRunner
-from difflab.source.release import ReleaseSource, unpack_sglang
+from difflab.source import tree
+from difflab.source.release import ReleaseSource, sha256_file, unpack_sglang
 from difflab.source.sides import materialise_sides
 
 MB = 1024 * 1024
@@ -323,6 +329,42 @@ def phase_cli(key: str, args: list[str], cache: Path, out: Path, disk: int, note
     return Phase(key, wall, mem.peak_rss, mem.peak_pss, disk, f"{note}; {cached} cached", observations)
 
 
+def contains_cli(args: list[str], cache: Path, out: Path) -> tuple[float, dict[str, Any]]:
+    """Wall seconds of one ``difflab contains --no-bundle`` and its contains.json."""
+    cmd = [sys.executable, "-m", "difflab", "contains", "--no-bundle", "--out", str(out), *args]
+    say(" ".join(cmd[2:]))
+    env = dict(os.environ, DIFFLAB_CACHE=str(cache))
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode not in (0, 1) or not (out / "contains.json").exists():
+        raise SystemExit(f"difflab contains failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return wall, json.loads((out / "contains.json").read_text())
+
+
+def phase_contains(matrix: Path, cache: Path, scratch: Path) -> dict[str, Any]:
+    """``contains --all``: fill, warm without the result cache (total and per release), full cache hit."""
+    common = ["--matrix", str(matrix), "--all"]
+    fill_s, doc = contains_cli(common, cache, scratch / "contains-fill")
+    releases = [r["version"] for r in doc["releases"]]
+    warm_s, warm_doc = contains_cli([*common, "--no-cache"], cache, scratch / "contains-warm")
+    per_release = {}
+    for release in releases:
+        wall, _ = contains_cli([*common, "--no-cache", "--release", release], cache, scratch / f"contains-{release}")
+        per_release[release] = wall
+    hit_s, _ = contains_cli(common, cache, scratch / "contains-hit")
+    return {
+        "releases": releases,
+        "cells": len(warm_doc["cells"]),
+        "verdicts": {f"{c['fix']}@{c['release']}": c["verdict"] for c in warm_doc["cells"]},
+        "fill_s": fill_s,
+        "warm_s": warm_s,
+        "per_release_s": per_release,
+        "cache_hit_s": hit_s,
+        "load": os.getloadavg(),
+    }
+
+
 def marginal(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path, logs: Path, reps: int = 5) -> dict[str, Any]:
     """Seconds one more probe adds on a warm server: the steady-state gap between two probes finishing.
 
@@ -368,11 +410,42 @@ def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> d
     }
 
 
+def source_check(releases: list[str], matrix: Any, cache: Path, reps: int = 5) -> dict[str, float]:
+    """What checking the cached release trees before use costs per run, next to re-hashing them all.
+
+    Both on the same trees, best of ``reps``: the stat-signature check every run does, and the
+    full content comparison it replaces (which runs only when a signature moved).
+    """
+    backend = ReleaseSource(matrix.releases, cache=cache)
+    trees = [(backend.release(r).root, matrix.releases[r].sha256) for r in releases]
+
+    def best(work: Any) -> float:
+        times = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    def check_all() -> None:
+        for root, sha in trees:
+            assert (found := tree.check(root, sha)) is not None and found.intact
+
+    def rehash_all() -> None:
+        for root, sha in trees:
+            found = tree.check(root, sha)
+            assert found is not None
+            expected = tree.read_listing(root, found.digest)
+            assert expected is not None and tree.compare(root, expected) == []
+
+    return {"check_s": best(check_all), "rehash_s": best(rehash_all)}
+
+
 def unpack_time(wheels: list[Path], scratch: Path) -> float:
     """What materialising the sources costs once downloaded: the release source's own unpacker."""
     t = time.perf_counter()
     for wheel in wheels:
-        unpack_sglang(wheel, scratch / "unpack" / wheel.stem)
+        unpack_sglang(wheel, scratch / "unpack" / wheel.stem, sha256_file(wheel))
     return time.perf_counter() - t
 
 
@@ -418,6 +491,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.with_subprocess:
             e_args = [*common, "--no-cache", "--backend", "subprocess"]
             phases.append(phase_cli("e", e_args, lab, scratch / "out-e", lab_disk, "a fresh process per probe"))
+        if not args.skip_contains:
+            say("the release watch: contains --all over every locked release")
+            results["contains"] = phase_contains(args.matrix, lab, scratch)
         say("profile of a warm run, and the marginal cost per probe on a warm server")
         # The sources as the lab phases saw them (through the scratch cache), so their bytecode is warm.
         lab_env = SharedEnvironment(cache=lab)
@@ -425,6 +501,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results["profile"] = profile_warm(lab_jobs, lab_env, lab)
         results["marginal"] = marginal(lab_jobs, lab_env, lab, scratch / "logs-lab")
         results["unpack_s"] = unpack_time(list(wheel_of.values()), scratch)
+        results["source_check"] = source_check(releases, matrix, cache)
         if args.env_build:
             say("one-off: building a shared environment from the wheelhouse")
             results["env_build_s"] = env_build_time(env, cache, scratch)
@@ -463,16 +540,36 @@ def render(results: dict[str, Any]) -> str:
     if cores > 1 and f"per_probe_s_parallel{cores}" in m:
         cost += f" ({m[f'per_probe_s_parallel{cores}'] * 1000:.0f} ms {cores} at a time)"
     once = [f"unpacking {len(results['releases'])} release(s) {results['unpack_s']:.1f} s"]
+    check = results.get("source_check")
+    per_run = (
+        f" Every run checks the cached release trees before use: {check['check_s'] * 1000:.0f} ms for "
+        f"{len(results['releases'])} (re-hashing them would take {check['rehash_s'] * 1000:.0f} ms)."
+        if check
+        else ""
+    )
     if "env_build_s" in results:
         once.insert(0, f"building the shared environment {results['env_build_s']:.1f} s")
     same = ", ".join(f"({k}) {'yes' if v else 'NO'}" for k, v in results["identical"].items())
     lines += [
         "",
-        f"{cost}. One-off: {', '.join(once)}.",
+        f"{cost}. One-off: {', '.join(once)}.{per_run}",
         "",
         f"Observations identical to ({results['identical_to']}): {same}",
     ]
+    if "contains" in results:
+        lines += ["", *render_contains(results["contains"])]
     return "\n".join(lines) + "\n"
+
+
+def render_contains(c: dict[str, Any]) -> list[str]:
+    """The release watch's lines: warm total, each release alone, the cache hit."""
+    releases = c["releases"]
+    rows = [(f"`contains --release {r} --no-cache`", f"{c['per_release_s'][r]:.1f}") for r in releases]
+    rows.append((f"`contains --all --no-cache` ({len(releases)} releases, {c['cells']} cells)", f"{c['warm_s']:.1f}"))
+    rows.append(("`contains --all`, full cache hit", f"{c['cache_hit_s']:.1f}"))
+    lines = table(("release watch, warm", "wall s"), rows, ("---", "---:"))
+    load = ", ".join(f"{x:.1f}" for x in c["load"])
+    return [*lines, "", f"Releases {releases[0]}–{releases[-1]}; load average after: {load}."]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the lab's one-process-per-probe back end (--backend subprocess --no-cache)",
     )
+    parser.add_argument("--skip-contains", action="store_true", help="skip the release watch (contains --all)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (venvs, runs)")
     parser.add_argument(
         "--cache", type=Path, default=None, help="the lab cache to measure from (default: $DIFFLAB_CACHE)"

@@ -84,6 +84,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from difflab.probe.kit import Call, Kit, Recorder
+from harness.features import Machinery
 from harness.requests import (
     abort_while_running,
     drop_kv,
@@ -108,7 +109,15 @@ CHUNK = 8  # a middle chunk covers prompt tokens [0, CHUNK)
 #       the call to the real signature
 #   the optimistic re-queue asks the tree cache supports_mamba() (0.5.21 only; the
 #       fake answers it on every release, a strict fake forbids missing names only)
+#   the machinery the fix changes: disaggregated prefill's batch-result step (absent before PD existed)
 # ---------------------------------------------------------------------------
+MACHINERY = Machinery(
+    "disaggregated prefill result processing",
+    "sglang.srt.disaggregation.prefill",
+    "SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill",
+)
+
+
 def _radix_insert_name(prefill: Any) -> str:
     return "checkpoint_kv_cache" if hasattr(prefill, "checkpoint_kv_cache") else "maybe_cache_unfinished_req"
 
@@ -364,6 +373,7 @@ SCENARIOS: tuple[tuple[str, Callable[[_Prefill], dict[str, Any]]], ...] = (
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     ensure_runtime()
     fields: dict[str, Any] = {}
     for name, body in SCENARIOS:

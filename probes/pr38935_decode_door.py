@@ -32,6 +32,7 @@ import functools
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.features import Machinery
 from harness.requests import abort_while_running, new_req, reject_at_intake
 from harness.runtime import bare, ensure_runtime
 from harness.scheduler import bare_scheduler, retirement_fields
@@ -43,7 +44,11 @@ MAX_TOTAL_TOKENS = 1024
 # Version adaptations of the KV allocator the decode door consults, by feature.
 #   prealloc_ceiling_fits(full, swa): capacity check asks the allocator first (0.5.21)
 #   get_kvcache(): a retracted request asks which pool kind it is (dsv4_needs_rebootstrap, 0.5.22)
+#   the machinery the fix changes: the PD decode admission queue (absent before PD existed)
 # ---------------------------------------------------------------------------
+MACHINERY = Machinery("PD decode admission queue", "sglang.srt.disaggregation.decode", "DecodePreallocQueue.add")
+
+
 def _allocator(kit: Kit) -> Any:
     from sglang.srt.mem_cache import common
     from sglang.srt.mem_cache.allocator import BaseTokenToKVPoolAllocator
@@ -109,6 +114,7 @@ def _retracted(rid: str, *, backup: bool) -> Any:
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     ensure_runtime()
     fields: dict[str, Any] = {}
 

@@ -48,6 +48,7 @@ import inspect
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.features import Machinery
 from harness.requests import abort_while_running, hold_kv, new_req, reject_at_intake
 from harness.runtime import bare, ensure_runtime
 from harness.scheduler import bare_scheduler, retirement_fields
@@ -62,7 +63,11 @@ MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token
 #       max_bootstrap_input_len (0.5.23)
 #   tp_rank / pp_rank: create_sender hands them to senders whose constructor takes
 #       dest_tp_ranks (<= 0.5.21)
+#   the machinery the fix changes: the PD prefill admission queue (absent before PD existed)
 # ---------------------------------------------------------------------------
+MACHINERY = Machinery("PD prefill admission queue", "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue.add")
+
+
 def _queue_reads() -> dict[str, Any]:
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import BaseKVSender
@@ -154,6 +159,7 @@ def _reentering(rid: str) -> Any:
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     ensure_runtime()
     fields: dict[str, Any] = {}
 

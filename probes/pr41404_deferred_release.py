@@ -53,6 +53,7 @@ from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
 from harness.decode_kv import DecodeRank, build_decode_rank, prefill_endpoint
+from harness.features import Machinery
 
 PREFILL_RANKS = 2
 LONG_TIMEOUT_S = 600.0  # never reached: a release under it must come from acks
@@ -61,6 +62,12 @@ PREFILL_FAILURE = "probe: prefill rank 1 reported the transfer Failed"
 
 
 # --- version adaptations (one place, detected by feature) -----------------------
+# The fix changes how deferred decode KV release treats a failure; <= 0.5.18 has no deferred release at all.
+MACHINERY = Machinery(
+    "deferred decode KV release", "sglang.srt.disaggregation.decode", "DecodeTransferQueue.resolve_deferred_releases"
+)
+
+
 def deliver_abort_ack(rank: DecodeRank, prefill_rank: int, abort_frames: list[bytes]) -> None:
     """A prefill rank's drain ack for the ABORT it received, as decode's receive thread handles it.
 
@@ -283,6 +290,7 @@ SCENARIOS = (
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     # pop_transferred logs every failed transfer at ERROR, with the recorded root cause.
     kit.allow_log(
         r"Decode transfer failed for request .* with exception KVTransferError\(bootstrap_room=\d+\): "

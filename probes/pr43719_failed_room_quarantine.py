@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.features import Machinery
 from harness.mooncake import build_prefill_rank
 from harness.radix import TreeCache, fake_prefill_tree_cache
 from harness.requests import abort_status, hold_kv, new_req
@@ -36,6 +37,14 @@ PROMPT_TOKENS = 16
 
 
 # --- version adaptations (one place, detected by feature) -----------------------
+# The fix changes how the scheduler concludes a failed in-flight transfer; older releases have no such step.
+MACHINERY = Machinery(
+    "in-flight transfer failure handling",
+    "sglang.srt.disaggregation.prefill",
+    "SchedulerDisaggregationPrefillMixin.handle_inflight_transfer_failure",
+)
+
+
 def radix_inserted(tree: TreeCache) -> bool:
     """Did the tree keep the request's KV? The tree's keep-API by release:
 
@@ -104,6 +113,7 @@ def succeeded(kit: Kit) -> dict[str, Any]:
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     # The worker marks the Mooncake session dead after the failed write, at ERROR.
     kit.allow_log(r"^Session decode-session-0 failed\.$")
     return {**failed(kit), **succeeded(kit)}

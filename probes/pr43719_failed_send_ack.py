@@ -75,12 +75,21 @@ from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.features import Machinery
 from harness.mooncake import DECODE_IP, DECODE_PORT, PrefillRank, build_prefill_rank
 
 _generations = itertools.count(1)
 
 
 # --- version adaptations (one place, detected by feature) -----------------------
+# The fix changes when prefill acks a drained abort; <= 0.5.18 acks every ABORT at once (no drain ack at all).
+MACHINERY = Machinery(
+    "drain-acknowledged abort (deferred KV release)",
+    "sglang.srt.disaggregation.common.conn",
+    "CommonKVManager._maybe_ack_drained_abort",
+)
+
+
 def abort_message(room: int) -> list[bytes]:
     """Decode's ABORT for ``room`` as this release's decode puts it on the wire.
 
@@ -243,6 +252,7 @@ PREFIXED = {aux_failed, aux_late, state_failed, state_late, state_aborted}
 
 
 def observe(kit: Kit) -> dict[str, Any]:
+    MACHINERY.require(kit)
     # The worker marks the Mooncake session dead after a failed write, at ERROR.
     kit.allow_log(rf"^Session {re.escape('decode-session-0')} failed\.$")
     fields: dict[str, Any] = {}

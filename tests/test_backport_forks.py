@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from junitparser import JUnitXml
 
 from difflab.cli import main as cli
 from test_git_support import ReleaseRepos, matrix_copy, release_repos
+from upstream_fixtures import EXPECTED, FILES, write_tests
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("git")]
 
@@ -32,6 +34,9 @@ def checked(repos: ReleaseRepos, tmp_path_factory: pytest.TempPathFactory) -> di
     """Each fork's ref checked once: exit code and results folder."""
     root = tmp_path_factory.mktemp("backport")
     matrix = matrix_copy(root / "matrix")
+    elsewhere = write_tests(root / "sglang-tests")  # other copies of the fork's own test files: the fork's win
+    for rel in FILES:
+        (elsewhere / rel).write_text("# another copy\n" + FILES[rel])
     assert cli(["lock", "--matrix", str(matrix), "--repo", str(repos.upstream)]) == 1  # 41404 unresolved
     out: dict[str, tuple[int, Path]] = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -55,6 +60,8 @@ def checked(repos: ReleaseRepos, tmp_path_factory: pytest.TempPathFactory) -> di
             ]
             if name != "cherry":
                 args.append("--no-bundle")
+            else:
+                args += ["--upstream-tests", str(elsewhere)]
             out[name] = (cli(args), folder)
     return out
 
@@ -86,6 +93,17 @@ def test_cherry_pick_onto_an_older_release_is_present(
     assert "✅ present" in (folder / "summary.md").read_text()
     run = json.loads((folder / "run.json").read_text())
     assert run["command"] == "backport" and run["sources"]["fork"]["commit"] == repos.fork_commits["cherry"]
+    tests = fix["upstream_tests"]
+    assert tests["text"] == "probe: present; SGLang's tests: 8 passed (the fix's own: 3 passed) — they agree"
+    (replay,) = json.loads((folder / "upstream-tests.json").read_text())["fixes"]
+    fork = repos.fork_commits["cherry"][:12]
+    assert {f["from"] for f in replay["files"]} == {f"fork {fork}'s own test/ tree"}
+    assert {f["file"]: f["sha256"] for f in replay["files"]} == {
+        rel: hashlib.sha256(text.encode()).hexdigest() for rel, text in FILES.items()
+    }
+    assert {t["id"]: t["outcomes"]["fork"]["outcome"] for t in replay["tests"]} == {
+        tid: head for tid, (_, head, _) in EXPECTED.items()
+    }
     try:
         import difflab.bundle  # noqa: F401
     except ImportError:

@@ -1,4 +1,4 @@
-"""Backport verdicts, git evidence wording and the upstream-test diff, on synthetic observations (fast)."""
+"""Backport verdicts and git evidence wording, on synthetic observations (fast)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from difflab.backport.evidence import Evidence, disagreements
 from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
-from difflab.upstream_tests.replay import SideRun, TestOutcome, diff_sides
 from matrix_samples import RELEASES
 
 MATRIX = (
@@ -97,38 +96,3 @@ def test_disagreements_between_evidence_and_behaviour() -> None:
     assert disagreements("present", reverted) == []
     reimplemented = Evidence(ancestor=False, patch_equivalent=False)
     assert any("re-implemented" in d for d in disagreements("present", reimplemented))
-
-
-def _side(side: str, *outcomes: tuple[str, str, bool]) -> SideRun:
-    return SideRun(
-        side=side, source={}, status="ok", tests=[TestOutcome(id=i, outcome=o, stale_fake=s) for i, o, s in outcomes]
-    )
-
-
-def test_upstream_test_diff_separates_behaviour_from_stale_fakes() -> None:
-    base = _side(
-        "base",
-        ("t::a", "passed", False),
-        ("t::b", "failed", False),
-        ("t::c", "error", True),
-        ("t::d", "passed", False),
-        ("t::e", "error", False),
-    )
-    head = _side(
-        "head",
-        ("t::a", "passed", False),
-        ("t::b", "passed", False),
-        ("t::c", "passed", False),
-        ("t::d", "failed", False),
-        ("t::e", "passed", False),
-        ("t::f", "passed", False),
-    )
-    changes = {c.id: (c.base, c.head, c.change) for c in diff_sides(base, head)}
-    assert changes == {
-        "t::a": ("passed", "passed", "pass"),
-        "t::b": ("failed", "passed", "fixed"),
-        "t::c": ("error (stale fake)", "passed", "error"),
-        "t::d": ("passed", "failed", "regressed"),
-        "t::e": ("error", "passed", "error"),
-        "t::f": ("absent", "passed", "only-head"),
-    }

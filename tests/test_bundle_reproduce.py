@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from difflab.bundle import layout, trust
+from difflab.bundle import checksums, layout, trust
 from difflab.bundle.pack import pack
-from difflab.bundle.verify import verify_folder
-from difflab.cli import main
-from difflab.errors import VerificationFailed
-from difflab.workflows import reproduce as reproduce_module
-from difflab.workflows.reproduce import Executor, RerunSpec, reproduce
+from difflab.errors import ConfigError, VerificationFailed
+from difflab.workflows.reproduce import Executor, Overrides, RerunSpec, reproduce
+from matrix_samples import FIX, RELEASES
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     GIT_HEAD,
     OBSERVATION,
@@ -133,38 +134,89 @@ def test_refuses_a_bundle_that_does_not_verify(bundle: Bundle) -> None:
     assert ran == []
 
 
+HERMETIC = Overrides(runner="docker")
+
+
 def test_skipping_signatures_still_checks_integrity(bundle: Bundle, tmp_path: Path) -> None:
     run_dir, _ = bundle
-    assert reproduce(run_dir, None, executor=replaying()).matches  # no trusted key needed
+    assert reproduce(run_dir, None, executor=replaying(), overrides=HERMETIC).matches  # no trusted key needed
     (run_dir / "matrix.toml").write_text("changed")
     with pytest.raises(VerificationFailed):
-        reproduce(run_dir, None, executor=replaying())
+        reproduce(run_dir, None, executor=replaying(), overrides=HERMETIC)
 
 
-def test_cli_prints_differences_and_exits_1(
-    bundle: Bundle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.mark.parametrize("runner", [None, "subprocess", "warm"])
+def test_skipping_signatures_needs_a_hermetic_back_end_given_explicitly(bundle: Bundle, runner: str | None) -> None:
+    """The bundle records docker, but an unverified run.json does not get to say so: the user must."""
     run_dir, _ = bundle
-    fingerprint = (run_dir / layout.FINGERPRINT).read_text().strip()
-    monkeypatch.setattr(reproduce_module, "pipeline_executor", replaying())
-    assert main(["reproduce", str(run_dir), "--fingerprint", fingerprint]) == 0
-    flip = replaying(lambda out: edit_json(out / "diff.json", lambda d: d["fixes"][1].update(verdict="not-fixed")))
-    monkeypatch.setattr(reproduce_module, "pipeline_executor", flip)
-    assert main(["reproduce", str(run_dir), "--fingerprint", fingerprint]) == 1
-    assert 'fix 41404 verdict: recorded "confirmed", now "not-fixed"' in capsys.readouterr().out
+    ran: list[RerunSpec] = []
+    with pytest.raises(ConfigError, match="--skip-signatures: .* pass --backend docker"):
+        reproduce(run_dir, None, executor=replaying(seen=ran), overrides=Overrides(runner=runner))
+    assert ran == []
 
 
-@pytest.mark.sglang
-@pytest.mark.xdist_group("release")
-def test_real_pipeline_run_reproduces(tmp_path: Path) -> None:
-    """End to end with real SGLang: run one fix with bundling, verify, then reproduce it (slow, downloads)."""
-    from difflab.paths import default_matrix
-    from difflab.workflows.run import RunRequest, execute
+def _git_bundle(tmp_path: Path, repo: str) -> Path:
+    """A bundle, signed by whoever made it, that re-runs git commits of ``repo``."""
+    from difflab.bundle.sealing import seal
+    from test_bundle_support import make_run_folder
 
-    private, public = make_key(tmp_path / "keys")
-    outcome = execute(RunRequest(matrix=default_matrix(), fixes=["38935"], out=tmp_path / "run", key=private))
-    policy = trust.build(key_files=[public])
-    report = verify_folder(outcome.out_dir, policy)
-    assert report.ok, report.failure_message()
-    again = reproduce(pack(outcome.out_dir, environ={}), policy)
-    assert again.matches, "\n".join(str(d) for d in again.differences)
+    run_dir = make_run_folder(tmp_path, "crafted")
+    edit_json(
+        run_dir / "run.json",
+        lambda r: r.update(source_kind="git", repo=repo, fixes=["38935"], runner={"name": "subprocess"}),
+    )
+    attacker, _ = make_key(tmp_path / "attacker")
+    seal(run_dir, attacker, echo=lambda _m: None, environ={})
+    return run_dir
+
+
+def test_skipping_signatures_on_a_git_bundle_needs_the_repository_from_the_user(tmp_path: Path) -> None:
+    crafted = _git_bundle(tmp_path, "https://attacker.example/sglang.git")
+    ran: list[RerunSpec] = []
+    with pytest.raises(
+        ConfigError, match=r"pass --repo .* \(it records 'https://attacker.example/sglang.git'\)|--repo"
+    ):
+        reproduce(crafted, None, executor=replaying(seen=ran), overrides=HERMETIC)
+    assert ran == []
+    mine = Overrides(repo="https://github.com/sgl-project/sglang", runner="docker")
+    reproduce(crafted, None, executor=replaying(seen=ran), overrides=mine)
+    assert [(s.repo, s.runner, s.source_kind) for s in ran] == [
+        ("https://github.com/sgl-project/sglang", "docker", "git")
+    ]
+
+
+def test_a_crafted_bundle_never_runs_the_code_it_names(tmp_path: Path) -> None:
+    """End to end: a bundle naming a repository whose sglang/__init__.py leaves a mark when imported."""
+    marker = tmp_path / "imported"
+    evil = tmp_path / "evil"
+    (evil / "python" / "sglang").mkdir(parents=True)
+    (evil / "python" / "sglang" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(evil)], check=True)
+    subprocess.run(["git", "-C", str(evil), "add", "-A"], check=True)
+    commit = ["git", "-C", str(evil), "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "x"]
+    subprocess.run(commit, check=True)
+    sha = subprocess.run(["git", "-C", str(evil), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    crafted = _git_bundle(tmp_path, str(evil))
+    pins = "".join(f'[fixes.commits.{side}]\nsha = "{sha}"\nconfirmed = true\n' for side in ("base", "head"))
+    (crafted / "matrix.toml").write_text(RELEASES + FIX + pins)
+    files = [f for f in layout.scan(crafted).files if f not in layout.OUTSIDE_CHECKSUMS]
+    (crafted / layout.CHECKSUMS).write_text(checksums.render(checksums.digests(crafted, files)))
+    env = {**os.environ, "DIFFLAB_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-m", "difflab", "reproduce", str(crafted), "--skip-signatures"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--skip-signatures" in out.stderr and not marker.exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "difflab", "reproduce", str(crafted), "--skip-signatures", "--backend", "docker"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 2 and "pass --repo" in out.stderr, out.stdout + out.stderr
+    assert not marker.exists()

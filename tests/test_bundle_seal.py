@@ -10,15 +10,16 @@ import shutil
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from difflab.bundle import checksums, dsse, keys, layout, seal, statements, trust
+from difflab.bundle import checksums, dsse, keyless, keys, layout, seal, statements, trust
 from difflab.bundle.sealing import seal_with
 from difflab.bundle.verify import verify_path
 from difflab.errors import ConfigError
+from sigstore_fake import IDENTITY, FakeSigstore
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
     GIT_BASE,
     OBSERVATION,
@@ -56,8 +57,9 @@ def test_seal_writes_the_bundle_layout(tmp_path: Path) -> None:
     ):
         assert (run_dir / rel).is_file(), rel
     assert (run_dir / layout.FINGERPRINT).read_text().strip() == info.fingerprint
-    assert info.key_source == "argument" and info.files == 23 == len(SEALED_FILES)
-    assert len(info.attestations) == 5
+    assert info.key_source == "argument" and info.files == 24 == len(SEALED_FILES)
+    assert len(info.attestations) == 6  # 4 per fix and side, the run, and the checksums (signed last)
+    assert (run_dir / layout.CHECKSUMS_ENVELOPE).is_file()
     assert info.fingerprint in (run_dir / layout.REPRODUCE).read_text()
     assert info.fingerprint in str(info)
 
@@ -68,7 +70,7 @@ def test_checksums_cover_every_file_sorted_bytewise_and_sha256sum_agrees(tmp_pat
     text = (run_dir / layout.CHECKSUMS).read_text()
     names = [line.split("  ", 1)[1] for line in text.splitlines()]
     assert names == sorted(names, key=lambda n: n.encode())
-    assert names == [f for f in SEALED_FILES if f != "SHA256SUMS"]
+    assert names == [f for f in SEALED_FILES if f not in ("SHA256SUMS", "attestations/checksums.intoto.json")]
     assert "REPRODUCE.md" in names and "attestations/run.intoto.json" in names
     for line in text.splitlines():
         digest, rel = line.split("  ", 1)
@@ -187,21 +189,33 @@ def test_sigstore_is_skipped_with_a_message_when_not_installed(tmp_path: Path, m
     assert any("sigstore is not installed" in m for m in said)
 
 
-def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes]) -> None:
-    """Stand-in sigstore-python modules (4.x layout) that record what would be signed, offline."""
+def fake_sigstore(
+    monkeypatch: pytest.MonkeyPatch,
+    signed: list[bytes],
+    instance: FakeSigstore | None = None,
+    *,
+    signs: Callable[[bytes], bytes] = lambda payload: payload,
+) -> None:
+    """Stand-in sigstore-python signing modules (4.x layout): they record what would be signed and
+    return a real bundle from a local Sigstore instance, so no OIDC provider or log is reached.
+    ``signs`` lets a test make the signer sign something other than what it was handed."""
+    instance = instance or FakeSigstore()
 
     class Statement:
         def __init__(self, contents: bytes) -> None:
             self.contents = contents
 
     class Bundle:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
         def to_json(self) -> str:
-            return '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}'
+            return self.text
 
     class Signer:
         def sign_dsse(self, statement: Statement) -> Bundle:
             signed.append(statement.contents)
-            return Bundle()
+            return Bundle(instance.sign_statement(signs(statement.contents)))
 
     class SigningContext:
         @classmethod
@@ -225,19 +239,44 @@ def fake_sigstore(monkeypatch: pytest.MonkeyPatch, signed: list[bytes]) -> None:
         monkeypatch.setitem(sys.modules, name, module)
 
 
-def test_keyless_signature_covers_the_run_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyless_signature_covers_the_run_statement(tmp_path: Path) -> None:
+    pytest.importorskip("sigstore", reason="sigstore-python is in the [dev] extra")
     key, pub = make_key(tmp_path / "keys")
     run_dir = make_run_folder(tmp_path)
     signed: list[bytes] = []
-    fake_sigstore(monkeypatch, signed)
-    ci = {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.example"}
-    info = seal(run_dir, key, echo=lambda _m: None, environ=ci)
+    instance = FakeSigstore()
+    with pytest.MonkeyPatch.context() as mp:
+        fake_sigstore(mp, signed, instance)
+        ci = {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.example"}
+        info = seal(run_dir, key, echo=lambda _m: None, environ=ci)
     assert info.sigstore_bundle == run_dir / layout.SIGSTORE_BUNDLE
     envelope = json.loads((run_dir / layout.RUN_ENVELOPE).read_text())
     assert signed == [base64.b64decode(envelope["payload"])]
     assert layout.SIGSTORE_BUNDLE in (run_dir / layout.CHECKSUMS).read_text()
-    report = verify_path(run_dir, trust.build(key_files=[pub]))
-    assert report.ok and any("Sigstore" in note for note in report.notes)
+    # verified by sigstore-python itself, offline, against the local instance's trust root
+    policy = keyless.KeylessPolicy(IDENTITY, trust_root=instance.write_trusted_root(tmp_path / "root.json"))
+    report = verify_path(run_dir, trust.build(key_files=[pub]), policy)
+    assert report.ok, report.failure_message()
+    (check,) = report.keyless
+    assert check.verified and check.signer == IDENTITY
+    assert any("byte for byte the run statement" in c for c in check.checked)
+    # without a trusted Ed25519 key the Sigstore bundle cannot be bound to a verified run statement
+    other, other_pub = make_key(tmp_path / "other")
+    report = verify_path(run_dir, trust.build(key_files=[other_pub]), policy)
+    assert not report.ok and report.keyless == []
+    assert f"{layout.SIGSTORE_BUNDLE}: cannot be bound: {layout.RUN_ENVELOPE} did not verify" in [
+        str(p) for p in report.problems
+    ]
+    # a keyless bundle over another statement is refused as unbound, naming the file (and the
+    # re-written checksum list no longer matches the signed one)
+    (run_dir / layout.SIGSTORE_BUNDLE).write_text(instance.sign_statement(b'{"_type": "other"}'))
+    checksums.write(run_dir, layout.scan(run_dir).files)
+    report = verify_path(run_dir, trust.build(key_files=[pub]), policy)
+    problems = [str(p) for p in report.problems]
+    assert (
+        f"{layout.SIGSTORE_BUNDLE}: signs something other than the run statement in {layout.RUN_ENVELOPE}; unbound"
+    ) in problems
+    assert any(p.startswith(f"{layout.CHECKSUMS}: sha256 does not match the signed checksums") for p in problems)
 
 
 # -- where the signing key comes from -----------------------------------------------------------------

@@ -80,6 +80,7 @@ SEALED_FILES = sorted(
         "SHA256SUMS",
         "attestations/38935/base.intoto.json",
         "attestations/38935/head.intoto.json",
+        "attestations/checksums.intoto.json",
         "attestations/41404/base.intoto.json",
         "attestations/41404/head.intoto.json",
         "attestations/run.intoto.json",

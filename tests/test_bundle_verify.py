@@ -10,7 +10,7 @@ import pytest
 
 from difflab.bundle import canonical, checksums, dsse, keys, layout, trust
 from difflab.bundle.pack import pack
-from difflab.bundle.sealing import write_checksums, write_run_statement
+from difflab.bundle.sealing import seal_checksums, write_run_statement
 from difflab.bundle.verify import verify_path
 from difflab.cli import main
 from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
@@ -49,7 +49,7 @@ def test_untouched_folder_verifies(bundle: tuple[Path, Path, Path]) -> None:
     run_dir, _, public = bundle
     report = verify_path(run_dir, trust.build(key_files=[public]))
     assert report.ok, report.failure_message()
-    assert len(report.envelopes) == 5 and len(report.signers) == 1
+    assert len(report.envelopes) == 6 and len(report.signers) == 1  # 4 per fix and side, the run, the checksums
 
 
 def test_packed_tarball_verifies(bundle: tuple[Path, Path, Path]) -> None:
@@ -72,8 +72,9 @@ def test_flipped_byte_caught_even_when_sha256sums_is_updated(bundle: tuple[Path,
     (run_dir / "summary.md").write_text("| 38935 | not-fixed |\n")
     relist(run_dir, "summary.md")
     found = problems(run_dir, public)
-    assert found and all(p.startswith("summary.md: ") for p in found), found
-    assert "run statement" in found[0] or "attestations/run.intoto.json" in found[0]
+    assert found and all(p.startswith(("summary.md: ", "SHA256SUMS: ")) for p in found), found
+    assert any(p.startswith("summary.md: ") and "attestations/run.intoto.json" in p for p in found), found
+    assert any(p.startswith("SHA256SUMS: ") and "signed checksums statement" in p for p in found), found
 
 
 def test_deleted_listed_file_is_named(bundle: tuple[Path, Path, Path]) -> None:
@@ -96,7 +97,10 @@ def test_added_file_also_listed_is_still_caught_by_the_run_statement(bundle: tup
     sums = (run_dir / layout.CHECKSUMS).read_text() + f"{checksums.sha256_file(run_dir / 'notes.txt')}  notes.txt\n"
     (run_dir / layout.CHECKSUMS).write_text(sums)
     found = problems(run_dir, public)
-    assert found == ["notes.txt: not covered by the signed run statement (attestations/run.intoto.json)"]
+    assert found == [
+        "SHA256SUMS: sha256 does not match the signed checksums statement (attestations/checksums.intoto.json)",
+        "notes.txt: not covered by the signed run statement (attestations/run.intoto.json)",
+    ]
 
 
 def test_replaced_signature_is_named(bundle: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -133,7 +137,7 @@ def test_fix_statement_with_wrong_subject_digest_is_named(bundle: tuple[Path, Pa
     body["subject"][0]["digest"]["sha256"] = "0" * 64
     (run_dir / rel).write_bytes(dsse.serialise(dsse.sign(canonical.dumps(body), signing.private, signing.fingerprint)))
     write_run_statement(run_dir, signing, {})
-    write_checksums(run_dir)
+    seal_checksums(run_dir, signing)
     found = problems(run_dir, public)
     assert len(found) == 1 and found[0].startswith(f"{rel}: subject digest"), found
     assert OBSERVATION in found[0]
@@ -144,7 +148,7 @@ def test_missing_statement_for_observations_is_named(bundle: tuple[Path, Path, P
     signing = keys.resolve_signing_key(private, {})
     (run_dir / "attestations/41404/base.intoto.json").unlink()
     write_run_statement(run_dir, signing, {})
-    write_checksums(run_dir)
+    seal_checksums(run_dir, signing)
     assert problems(run_dir, public) == [
         "observations/41404/base: no signed statement (attestations/41404/base.intoto.json missing)"
     ]

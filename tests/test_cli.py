@@ -49,6 +49,7 @@ def test_unknown_fix_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_unreachable_registry_names_the_release_and_keeps_the_good_result(tmp_path: Path) -> None:
     good = tmp_path / "out"
     good.mkdir()
+    (good / "run.json").write_text('{"tool": "sglang-difflab"}')  # an earlier result: --force may replace it
     (good / "diff.json").write_text('{"good": true}')
     matrix = tmp_path / "m.toml"
     matrix.write_text(default_matrix().read_text())
@@ -61,7 +62,7 @@ def test_unreachable_registry_names_the_release_and_keeps_the_good_result(tmp_pa
         "PIP_TIMEOUT": "2",
         "PIP_CONFIG_FILE": os.devnull,
     }
-    out = run_cli(["run", "--matrix", str(matrix), "--fix", "38935", "--out", str(good), "--no-bundle"], env)
+    out = run_cli(["run", "--matrix", str(matrix), "--fix", "38935", "--out", str(good), "--force", "--no-bundle"], env)
     assert out.returncode == 2, out.stderr
     assert "release 0.5.20" in out.stderr and "could not download" in out.stderr
     assert (good / "diff.json").read_text() == '{"good": true}'

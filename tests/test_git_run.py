@@ -9,11 +9,10 @@ import pytest
 from junitparser import JUnitXml
 
 from difflab.cli import main as cli
-from test_git_support import UPSTREAM_TEST, matrix_copy, release_repos
+from test_git_support import matrix_copy, release_repos
+from upstream_fixtures import EXPECTED, FILES
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("git")]
-
-TEST_CLASS = f"{UPSTREAM_TEST}::TestAdmissionAbortNotEnqueued"
 
 
 def test_run_on_git_commits_confirms_the_fix_and_replays_its_upstream_tests(tmp_path: Path) -> None:
@@ -45,20 +44,19 @@ def test_run_on_git_commits_confirms_the_fix_and_replays_its_upstream_tests(tmp_
     assert fix["head"]["kind"] == "git" and len(fix["head"]["tree"]) == 40
 
     replay = json.loads((out / "upstream-tests.json").read_text())["fixes"][0]
-    assert replay["fix"] == "38935" and replay["files"] == [UPSTREAM_TEST]
-    assert replay["tests_from"]["commit"] == repos.commits["0.5.21"], "the head's test files, run on both sides"
-    assert replay["summary"] == {
-        "pass": [f"{TEST_CLASS}::test_valid_request_is_enqueued"],
-        "fixed": [f"{TEST_CLASS}::test_rejected_request_is_not_enqueued"],
-        "error": [f"{TEST_CLASS}::test_rejected_request_retired_before_any_sender"],
+    assert replay["fix"] == "38935" and [f["file"] for f in replay["files"]] == list(FILES)
+    head = repos.commits["0.5.21"][:12]
+    assert {f["from"] for f in replay["files"]} == {f"head {head}'s own test/ tree"}, "the head's files, both sides"
+    seen = {
+        t["id"]: (t["outcomes"]["base"]["outcome"], t["outcomes"]["head"]["outcome"], t["change"])
+        for t in replay["tests"]
     }
-    base = replay["sides"]["base"]
-    assert base["failed"] == [f"{TEST_CLASS}::test_rejected_request_is_not_enqueued"]
-    assert [(e["error_type"], e["stale_fake"]) for e in base["errors"]] == [("AttributeError", True)]
-    assert len(replay["sides"]["head"]["passed"]) == 3
-    for side, failures, errors in (("base", 1, 1), ("head", 0, 0)):
+    assert seen == EXPECTED
+    assert replay["agreement"]["agrees"] is True and replay["agreement"]["text"].startswith("probe: confirmed; ")
+    assert fix["upstream_tests"] == replay["agreement"], "diff.json carries the agreement beside the verdict"
+    for side, failures in (("base", 4), ("head", 0)):
         suite = next(iter(JUnitXml.fromfile(str(out / "upstream-tests" / "38935" / f"{side}.xml"))))
-        assert (suite.tests, suite.failures, suite.errors) == (3, failures, errors)
+        assert (suite.tests, suite.failures, suite.errors) == (len(EXPECTED), failures, 0)
 
 
 def test_git_source_gives_the_same_verdicts_as_the_release_source(tmp_path: Path) -> None:

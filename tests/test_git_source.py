@@ -14,7 +14,8 @@ from difflab.source import backend_for, side_pin
 from difflab.source.git import GitSource, commit_pin_for
 from difflab.source.lock import lock_path_for
 from difflab.source.mirror import REPO_ENV, UPSTREAM, Mirror, normalise_repo
-from test_git_support import UPSTREAM_TEST, ReleaseRepos, git, matrix_copy, release_repos, release_trees
+from test_git_support import ReleaseRepos, git, matrix_copy, release_repos, release_trees
+from upstream_fixtures import DOORS
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_with_tests_checks_out_test_tree_and_cached_worktree_is_reused(repos: Re
     source = GitSource(str(repos.upstream), cache=tmp_path, with_tests=True)
     first = source.rev(repos.commits["0.5.21"][:10])  # a short SHA resolves to the same commit
     assert first.identity["commit"] == repos.commits["0.5.21"]
-    assert first.tests_root is not None and (first.tests_root / UPSTREAM_TEST).is_file()
+    assert first.tests_root is not None and (first.tests_root / DOORS).is_file()
     again = source.rev(repos.commits["0.5.21"])
     assert (again.root, again.identity, again.digest) == (first.root, first.identity, first.digest)
     older = source.rev(repos.commits["0.5.20"])

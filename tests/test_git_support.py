@@ -2,11 +2,12 @@
 
 Holds no tests; test_git_* and test_backport* import from it.
 
-``upstream``: one commit per release (0.5.19 - 0.5.22) on ``main``, each the
+``upstream``: one commit per release (0.5.19 - 0.5.22; the fork corpus adds 0.5.23) on ``main``, each the
 whole unpacked ``sglang/`` of the hash-pinned wheel under ``python/sglang``,
 with squash-merge subjects ending ``(#N)``: 0.5.20 is #36988's merge, 0.5.21
 #38935's, 0.5.22 #43719's (#41404 has none: it stays unresolved). 0.5.21 adds
-a small upstream-style unittest file written for this lab (not upstream's).
+the lab's own test files in SGLang's style (``upstream_fixtures``: each marked as a
+difflab fixture in its first line and named ``test_difflab_fixture_*``; not SGLang's).
 
 ``fork`` (a clone of upstream, as an operator's private fork would be), branches:
 - ``acme/cherry``: 0.5.20, a fork-only commit, then #38935 cherry-picked (``-x``);
@@ -31,88 +32,33 @@ from pathlib import Path
 
 from filelock import FileLock
 
+import upstream_fixtures
 from difflab.matrix import load_matrix
 from difflab.paths import cache_root, default_matrix
 from difflab.source.release import ReleaseSource
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22")
-DATES = {"0.5.19": "2026-09-04", "0.5.20": "2026-09-18", "0.5.21": "2026-10-01", "0.5.22": "2026-10-15"}
+DATES = {
+    "0.5.19": "2026-09-04",
+    "0.5.20": "2026-09-18",
+    "0.5.21": "2026-10-01",
+    "0.5.22": "2026-10-15",
+    "0.5.23": "2026-10-30",
+}
 SUBJECTS = {
     "0.5.19": "[Release] Bump version to 0.5.19 (#35102)",
     "0.5.20": "[VLM] Retire aborted disaggregated prefill results (#36988)",
     "0.5.21": "[PD] Do not admit intake-rejected requests to a PD handoff (#38935)",
     "0.5.22": "[PD] A failed Mooncake send never acks the drain (#43719)",
+    "0.5.23": "[Release] Bump version to 0.5.23 (#44810)",
 }
-UPSTREAM_TEST = "test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py"
 PREFILL = "python/sglang/srt/disaggregation/prefill.py"
 PREFILL_GUARD = """        if is_unadmitted_reject(req):
             self.scheduler.retire_unadmitted_request(req)
             return
         if not self.create_sender(req, num_kv_heads):"""
 PREFILL_UNGUARDED = """        if not self.create_sender(req, num_kv_heads):"""
-
-# Written for this lab in the style of SGLang's CPU unit tests (unittest, unbound methods on
-# SimpleNamespace fakes). Three outcomes on the base: pass (control), assertion failure
-# (the behaviour), AttributeError of a head-shaped fake (a stale fake).
-ADMISSION_TEST = '''"""Intake-rejected requests are not admitted at the prefill door (difflab test fixture)."""
-
-import unittest
-from types import SimpleNamespace
-
-from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-from sglang.srt.managers.schedule_batch import FINISH_ABORT
-
-
-def _req(rid, rejected):
-    return SimpleNamespace(
-        rid=rid,
-        to_finish=FINISH_ABORT("prompt too long", 400) if rejected else None,
-        finished_reason=None,
-        is_retracted=False,
-        metadata_buffer_index=-1,
-        kv=SimpleNamespace(holds_kv=False, holds_mamba=False, retraction_backup=None),
-    )
-
-
-class _Scheduler:
-    def __init__(self):
-        self.retired = []
-
-    def retire_unadmitted_request(self, req):
-        self.retired.append(req)
-
-
-def _queue(with_sender=True):
-    queue = SimpleNamespace(queue=[], scheduler=_Scheduler(), senders=[])
-    if with_sender:
-        queue.create_sender = lambda req, num_kv_heads: queue.senders.append(req) or True
-    return queue
-
-
-class TestAdmissionAbortNotEnqueued(unittest.TestCase):
-    def test_valid_request_is_enqueued(self):
-        queue, req = _queue(), _req("valid", rejected=False)
-        PrefillBootstrapQueue.add(queue, req, 8)
-        self.assertEqual(queue.queue, [req])
-        self.assertEqual(queue.senders, [req])
-
-    def test_rejected_request_is_not_enqueued(self):
-        queue, req = _queue(), _req("rejected", rejected=True)
-        PrefillBootstrapQueue.add(queue, req, 8)
-        self.assertEqual(queue.queue, [])
-        self.assertEqual(queue.senders, [])
-        self.assertEqual(queue.scheduler.retired, [req])
-
-    def test_rejected_request_retired_before_any_sender(self):
-        queue, req = _queue(with_sender=False), _req("rejected", rejected=True)
-        PrefillBootstrapQueue.add(queue, req, 8)
-        self.assertEqual(queue.scheduler.retired, [req])
-
-
-if __name__ == "__main__":
-    unittest.main()
-'''
 
 
 @dataclass(frozen=True)
@@ -143,11 +89,11 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
     return proc.stdout.strip()
 
 
-def release_trees() -> dict[str, Path]:
+def release_trees(versions: tuple[str, ...] = RELEASES) -> dict[str, Path]:
     """The unpacked ``sglang/`` of each pinned release (downloaded and sha256-checked by ReleaseSource)."""
     matrix = load_matrix(default_matrix())
     source = ReleaseSource(matrix.releases)
-    return {v: source.release(v).root / "sglang" for v in RELEASES}
+    return {v: source.release(v).root / "sglang" for v in versions}
 
 
 def repos_key() -> str:
@@ -155,7 +101,8 @@ def repos_key() -> str:
     h = hashlib.sha256(BUILDER_VERSION.encode())
     for v in RELEASES:
         h.update(matrix.releases[v].sha256.encode())
-    h.update(ADMISSION_TEST.encode())
+    for rel, text in sorted(upstream_fixtures.FILES.items()):
+        h.update(rel.encode() + b"\0" + text.encode())
     return h.hexdigest()[:16]
 
 
@@ -163,6 +110,10 @@ def _commit_tree(repo: Path, tree: Path, subject: str, date: str, extra: dict[st
     target = repo / "python" / "sglang"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(tree, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _dirs, files in os.walk(target):  # the cached release tree is read-only; the repository is not
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
     for rel, text in (extra or {}).items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
@@ -177,13 +128,14 @@ def _serve(repo: Path) -> None:
         git(repo, "config", key, "true")
 
 
-def build_upstream(dest: Path, trees: dict[str, Path]) -> dict[str, str]:
+def build_upstream(dest: Path, trees: dict[str, Path], releases: tuple[str, ...] = RELEASES) -> dict[str, str]:
+    """``main`` with one squash-merge-style commit per release of ``releases`` (in order)."""
     dest.mkdir(parents=True)
     git(dest, "init", "--quiet", "--initial-branch=main")
     (dest / "README.md").write_text("# sglang (difflab test repository built from release wheels)\n")
     commits = {}
-    for v in RELEASES:
-        extra = {UPSTREAM_TEST: ADMISSION_TEST} if v >= "0.5.21" else None
+    for v in releases:
+        extra = dict(upstream_fixtures.FILES) if v >= "0.5.21" else None
         commits[v] = _commit_tree(dest, trees[v], SUBJECTS[v], DATES[v], extra)
     git(dest, "repack", "-adq")
     _serve(dest)
@@ -283,10 +235,11 @@ def matrix_copy(dest: Path, commits_38935: tuple[str, str] | None = None) -> Pat
     """The default matrix copied into ``dest`` (a lock file then lands next to it, not in the repo).
 
     Its ``commits`` tables quote upstream's real SHAs, which the test repositories do not have,
-    so they are dropped; ``commits_38935`` = (base, head) puts one back for #38935.
+    so they are dropped; ``commits_38935`` = (base, head) puts one back for #38935, whose
+    ``upstream_tests`` name the lab's fixture files (the ones the repositories hold).
     """
     dest.mkdir(parents=True, exist_ok=True)
-    text = default_matrix().read_text()
+    text = upstream_fixtures.with_fixture_tests(default_matrix().read_text())
     text = re.sub(r"^commits = .*\n", "", text, flags=re.M)
     if commits_38935:
         base, head = commits_38935

@@ -1,4 +1,5 @@
-"""The Prometheus text parser, on text shaped like SGLang's /metrics (prometheus_client output)."""
+"""Metrics parsing (prometheus_client's parser), on text shaped like SGLang's /metrics and on
+text prometheus_client itself writes; the test server's renderer round-trips through it."""
 
 from __future__ import annotations
 
@@ -66,15 +67,38 @@ def test_label_values_may_hold_spaces_commas_and_braces():
     assert dict(s.labels) == {"a": "x, y} z", "b": "2"}
 
 
+def test_parses_what_prometheus_client_writes():
+    """SGLang exposes through prometheus_client: its own output (counters, _created, histograms) parses back."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    labels = ["engine_type", "tp_rank"]
+    used = Gauge("sglang:num_used_tokens", "used", labels, registry=reg)
+    used.labels("decode", "0").set(48)
+    used.labels("decode", "1").set(16)
+    released = Counter("sglang:decode_deferred_kv_release", "releases", [*labels, "outcome"], registry=reg)
+    released.labels("decode", "0", "drained").inc(7)
+    released.labels("decode", "1", "timeout").inc(2)
+    latency = Histogram("sglang:e2e_request_latency_seconds", "e2e", registry=reg, buckets=(0.1, 1.0))
+    latency.observe(0.05)
+    latency.observe(0.5)
+    m = parse(generate_latest(reg).decode())
+    assert m.total("sglang:num_used_tokens") == 64.0 and m.minimum("sglang:num_used_tokens") == 16.0
+    assert m.types["sglang:decode_deferred_kv_release"] == "counter"
+    assert m.by_label("sglang:decode_deferred_kv_release_total", "outcome") == {"drained": 7.0, "timeout": 2.0}
+    assert m.has("sglang:decode_deferred_kv_release_created")
+    assert m.find("sglang:e2e_request_latency_seconds_bucket", le="1.0")[0].value == 2.0
+    assert m.total("sglang:e2e_request_latency_seconds_count") == 2.0
+
+
 @pytest.mark.parametrize(
     "bad, where",
     [
-        ("9bad 1", "line 1: bad metric name"),
-        ("m{a=1} 2", "line 1: expected '=\""),
-        ('m{a="1" 2', "line 1: expected ',' or '}'"),
-        ('m{a="1"}', "line 1: expected 'value"),
-        ('ok 1\nm{a="x"} one', "line 2: bad sample value 'one'"),
-        ('m{a="\\q"} 1', "line 1: bad escape"),
+        ("9bad 1", "line 1: invalid metric name"),
+        ("m{a=1} 2", "line 1: Invalid labels"),
+        ('m{a="1" 2', "line 1: could not convert"),
+        ('m{a="1"}', "line 1: could not convert"),
+        ('ok 1\n# HELP m x\nm{a="x"} one', "line 3: could not convert string to float: 'one'"),
     ],
 )
 def test_errors_name_the_line(bad, where):

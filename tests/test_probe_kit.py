@@ -194,3 +194,27 @@ def test_stubs_serve_triton_and_torchvision() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "no-driver" in out
+
+
+def test_a_build_reporting_a_staged_failure_in_its_own_words_is_not_a_problem(tmp_path: Path) -> None:
+    """A fork's hand-port may log the failure the scenario staged with its own sentence; other errors still count."""
+    body = """
+    import logging
+    log = logging.getLogger("sglang.srt.disaggregation.prefill")
+    def observe(kit):
+        refused = kit.intended_failure("the transport refuses the abort")
+        def abort():
+            raise refused("KV sender unreachable for room 7")
+        abort = kit.recorder("sender.abort", side_effect=abort)
+        try:
+            abort()
+        except RuntimeError as exc:
+            log.exception("ACME: KV sender abort failed for room 7")       # carries the staged exception
+            log.error("ACME: could not notify: %s", exc)                     # quotes it
+        {extra}
+        return {{"s.tries": abort.count}}
+    """
+    ok = run_probe(probe(tmp_path, body.format(extra="pass"), "own_words"), Kit())
+    assert ok["status"] == "ok", ok["problems"]
+    bad = run_probe(probe(tmp_path, body.format(extra="log.error('ACME: pool exhausted')"), "other_error"), Kit())
+    assert bad["status"] == "error" and "ACME: pool exhausted" in bad["error"]

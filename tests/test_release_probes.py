@@ -2,7 +2,7 @@
 
 - the default matrix gives the declared verdicts (#43719(b): unavailable, with the base bug shown);
 - head against head is ``not-reproduced`` for every fix (each probe discriminates);
-- ``contains`` reproduces the release map for all five releases;
+- ``contains --all`` reproduces the release map over the committed release lock;
 - every shipped mutation is ``causal``; a useless probe is ``insensitive``; a stale mutation is reported.
 """
 
@@ -19,7 +19,8 @@ from junitparser import JUnitXml
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
 from difflab.progress import Reporter
-from difflab.workflows.contains import run_contains
+from difflab.workflows.contains import ContainsRequest
+from difflab.workflows.contains import execute as contains
 from difflab.workflows.run import RunRequest, execute, make_runner
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
@@ -96,18 +97,20 @@ def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, 
     assert outcome.exit_code == 1
 
 
-def test_contains_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
-    env = SharedEnvironment().ensure()
-    runner = make_runner(RunRequest(), env)
-    fixes, releases, cells, out = run_contains(matrix_path, None, None, tmp_path / "c", runner, env, Reporter())
-    table = {(c.fix, c.release): c.verdict for c in cells}
+def test_contains_all_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
+    outcome = contains(ContainsRequest(matrix=matrix_path, all_releases=True, out=tmp_path / "c", bundle=False))
+    releases = [r.version for r in outcome.table.releases]
+    assert releases == ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]  # the committed lock
+    table = {(c.fix, c.release): c.verdict for c in outcome.table.cells}
     first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
     for fix_id, first in first_fixed.items():
         for release in releases:
-            want = "fixed" if first and release >= first else "bug"
+            want = "present" if first and release >= first else "absent"
             assert table[(fix_id, release)] == want, (fix_id, release, table[(fix_id, release)])
+    out = outcome.out_dir
+    assert outcome.exit_code == 0 and not outcome.table.regressions and not outcome.table.new_releases
     assert json.loads((out / "contains.json").read_text())["agrees"] is True
-    assert "| #36988 | bug | fixed | fixed | fixed | fixed |" in (out / "contains.md").read_text()
+    assert "| #36988 | absent | present | present | present | present |" in (out / "contains.md").read_text()
 
 
 def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):

@@ -142,7 +142,7 @@ def test_crash_and_hang_become_errors_with_their_logs(lab: Path) -> None:
     ]
     with runner() as r:
         crash, hang, raised, fine = r.run(jobs)
-    assert crash.status == "error" and "died (signal 9) without a result" in (crash.error or "")
+    assert crash.status == "error" and "died (killed by signal 9 (SIGKILL)) without a result" in (crash.error or "")
     assert "about to crash" in (crash.error or "")
     assert hang.status == "error" and "probe hung: killed after 1 s" in (hang.error or "")
     assert "hanging" in (hang.error or "") and hang.duration_s < 10

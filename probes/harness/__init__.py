@@ -5,6 +5,8 @@
   scenario-scoped swaps of module globals, the cache-abort API of the release.
 - :mod:`harness.requests`: real ``Req`` objects in the states the probes need
   (rejected at intake, aborted while running, holding KV or a metadata slot).
+- :mod:`harness.features`: the machinery a fix modifies; a release without it is
+  ``n/a`` (not applicable), never an error.
 
 Modules here import SGLang lazily, inside functions, so a probe decides when
 the (slow) SGLang import happens. Their public functions are a stable API for

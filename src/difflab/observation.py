@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: a release source's identity names its unpacked tree (``tree_sha256``); 1 observations lack it."""
 
 Status = Literal["ok", "error", "unavailable", "n/a"]
 SIDES = ("base", "head")
@@ -40,6 +41,8 @@ class Observation:
     sglang_version: str | None = None
     duration_s: float = 0.0
     runner: str = ""
+    runner_fallback: str | None = None
+    """Set when the chosen back end could not run the probe and a fresh process ran it instead: which, and why."""
     cached: bool = False
     schema: int = SCHEMA_VERSION
 

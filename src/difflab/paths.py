@@ -37,3 +37,7 @@ def probes_dir() -> Path:
 
 def default_matrix() -> Path:
     return repo_root() / "matrices" / "upstream.toml"
+
+
+def default_release_lock() -> Path:
+    return repo_root() / "matrices" / "releases.lock"

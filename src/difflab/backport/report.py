@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def _yes_no(value: bool | None) -> str:
     return {True: "yes", False: "no", None: "unknown"}[value]
 
 
-def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str:
+def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict], appendix: Sequence[str] = ()) -> str:
     lines = [
         "# Backport check",
         "",
@@ -80,6 +80,11 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
             lines.append(f"- ⚠️ {_cell(warning)}")
         for note in v.evidence.get("notes") or []:
             lines.append(f"- evidence: {_cell(note)}")
+        for note in v.forced:
+            lines.append(f"- forced by the probe: {_cell(note)}")
+        if v.paths:
+            lines += ["", "| path | where | behaves like |", "|---|---|---|"]
+            lines += [f"| `{path.hunk}` | {_cell(path.where)} | {path.like} |" for path in v.paths]
         for p in v.probes:
             lines += [
                 "",
@@ -93,8 +98,12 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> str
             for c in p.fields:
                 declared = declared_values(c.kind, c.declared_base, c.declared_head)
                 lines.append(f"| `{c.field}` | {c.kind} | {_cell(repr(c.observed))} | {_cell(declared)} | {c.like} |")
-    return "\n".join(lines) + "\n"
+    lines += list(appendix)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_backport_summary(path: Path, fork: dict[str, Any], verdicts: list[BackportVerdict]) -> None:
-    path.write_text(render_summary(fork, verdicts))
+def write_backport_summary(
+    path: Path, fork: dict[str, Any], verdicts: list[BackportVerdict], appendix: Sequence[str] = ()
+) -> None:
+    """``appendix``: more Markdown for the end (SGLang's own tests, when they were replayed)."""
+    path.write_text(render_summary(fork, verdicts, appendix))

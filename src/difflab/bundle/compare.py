@@ -15,6 +15,9 @@ from difflab.bundle import layout
 
 # Observation attributes compared besides the per-field values.
 COMPARED_ATTRIBUTES = ("status", "source", "sglang_version")
+SOURCE_KEYS_SINCE = {"tree_sha256": 2}
+"""Source identity keys by the observation schema that introduced them: an older recording
+cannot hold them, so they are left out of its comparison (and noted), not reported as changed."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,14 @@ def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any], not
     Probe code may observe more than it did when the bundle was made (a new
     scenario); what the recording holds is still checked field by field.
     """
+    now = dict(new)
+    schema = old.get("schema") if isinstance(old.get("schema"), int) else 1
+    if isinstance(new.get("source"), dict):
+        newer = {k for k, since in SOURCE_KEYS_SINCE.items() if schema < since and k in new["source"]}
+        now["source"] = {k: v for k, v in new["source"].items() if k not in newer}
     for attribute in COMPARED_ATTRIBUTES:
-        if old.get(attribute) != new.get(attribute):
-            yield Difference(f"{_where(rel)} {attribute}", old.get(attribute), new.get(attribute))
+        if old.get(attribute) != now.get(attribute):
+            yield Difference(f"{_where(rel)} {attribute}", old.get(attribute), now.get(attribute))
     old_fields, new_fields = old.get("fields") or {}, new.get("fields") or {}
     for name in sorted(old_fields):
         if old_fields[name] != new_fields.get(name, _MISSING):

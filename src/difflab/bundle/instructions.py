@@ -12,14 +12,27 @@ from typing import Any
 
 from difflab.bundle import layout
 
+LOCAL_ONLY = ("--key",)
+"""Options whose value is a path on the publisher's machine (a private key): of no use to anyone else."""
+
 
 def _invocation(argv: Any) -> str:
+    """The recorded command as anyone would type it: ``difflab ...``, without the publisher's local paths."""
     if not isinstance(argv, list) or not argv:
         return "(not recorded)"
     words = [str(a) for a in argv]
-    if not words[0].endswith("difflab"):
-        words.insert(0, "difflab")
-    return shlex.join(words)
+    if words[0].endswith("difflab"):
+        words = words[1:]
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in LOCAL_ONLY:
+            skip = True
+        elif not word.startswith(tuple(f"{o}=" for o in LOCAL_ONLY)):
+            kept.append(word)
+    return shlex.join(["difflab", *kept])
 
 
 def _source_line(label: str, identity: Mapping[str, Any]) -> str:
@@ -42,16 +55,15 @@ def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, finger
         "# Reproducing this run",
         "",
         f"Run {run.get('started_at')} → {run.get('finished_at')}, exit code {run.get('exit_code')}.",
-        f"Signed with the Ed25519 key `{fingerprint}` (public key: `{layout.PUBLIC_KEY}`).",
-        "`BUNDLE` below is this folder or its packed `.tar.gz`.",
+        f"This bundle says it was signed with the Ed25519 key `{fingerprint}` (public key: `{layout.PUBLIC_KEY}`).",
+        "`BUNDLE` below is this folder or its packed `.tar.gz`; `PUBLISHED` is the fingerprint the",
+        "publisher published through another channel (release notes, their website). Compare the two:",
+        "the one written here proves nothing by itself, since whoever can change the bundle can change it.",
         "",
         "## 1. Verify (offline; nothing in the bundle is executed)",
         "",
-        "Only pin the fingerprint if you obtained it from the publisher through another channel",
-        "(release notes, their website); the copy in this bundle proves nothing by itself.",
-        "",
         "```sh",
-        f"difflab verify BUNDLE --fingerprint {fingerprint}",
+        "difflab verify BUNDLE --fingerprint PUBLISHED",
         "# without difflab, checksums only:",
         f"(cd BUNDLE && LC_ALL=C sha256sum -c {layout.CHECKSUMS})",
         "```",
@@ -59,7 +71,7 @@ def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, finger
         "## 2. Re-run the same pins and compare",
         "",
         "```sh",
-        f"difflab reproduce BUNDLE --fingerprint {fingerprint}",
+        "difflab reproduce BUNDLE --fingerprint PUBLISHED",
         "```",
         "",
         "This verifies the bundle, re-runs the bundle's `matrix.toml` with the settings below into a fresh",

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from difflab.files.names import has_controls
 from difflab.observation import SIDES
 
 CHECKSUMS = "SHA256SUMS"
@@ -23,13 +24,19 @@ MATRIX = "matrix.toml"
 ENVELOPE_SUFFIX = ".intoto.json"
 RUN_ENVELOPE = f"{ATTESTATIONS}/run{ENVELOPE_SUFFIX}"
 SIGSTORE_BUNDLE = f"{ATTESTATIONS}/run.sigstore.json"
+CHECKSUMS_ENVELOPE = f"{ATTESTATIONS}/checksums{ENVELOPE_SUFFIX}"
+"""Signed last (bundle format 2): a statement whose subject is SHA256SUMS, which lists everything else."""
 PUBLIC_KEY = f"{KEYS}/signing-key.pub"
 FINGERPRINT = f"{KEYS}/signing-key.fingerprint"
 
 # What sealing adds; removed first when a folder is sealed again.
 SEAL_OUTPUTS = (CHECKSUMS, REPRODUCE, ATTESTATIONS, KEYS)
-# Written after the run statement is signed, so it cannot list them.
-OUTSIDE_RUN_STATEMENT = frozenset({CHECKSUMS, RUN_ENVELOPE, SIGSTORE_BUNDLE})
+# Written after the run statement is signed, so it cannot list them (format 2: the checksums statement covers them).
+OUTSIDE_RUN_STATEMENT = frozenset({CHECKSUMS, RUN_ENVELOPE, SIGSTORE_BUNDLE, CHECKSUMS_ENVELOPE})
+# Format 1 (bundles sealed before the checksums statement): only these two were outside the run statement.
+OUTSIDE_RUN_STATEMENT_V1 = frozenset({CHECKSUMS, RUN_ENVELOPE})
+# Not listed in SHA256SUMS: itself, and the statement that signs it.
+OUTSIDE_CHECKSUMS = frozenset({CHECKSUMS, CHECKSUMS_ENVELOPE})
 
 
 def fix_envelope(fix: str, side: str) -> str:
@@ -44,7 +51,7 @@ def bytewise(names: Iterable[str]) -> list[str]:
 
 def safe_relpath(name: str) -> bool:
     """A relative POSIX path that stays inside the folder (no absolute, ``..``, backslash or drive)."""
-    if not name or name.startswith("/") or "\\" in name or "\x00" in name:
+    if not name or name.startswith("/") or "\\" in name or has_controls(name):
         return False
     parts = PurePosixPath(name).parts
     if not parts or ":" in parts[0]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gzip
+import hashlib
 import io
 import json
 import os
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -22,11 +24,14 @@ from difflab.bundle import checksums, layout
 from difflab.bundle.problems import Problem
 from difflab.errors import ConfigError, VerificationFailed
 from difflab.files.atomic import write_atomic
+from difflab.files.names import printable
 from difflab.files.tar import owned_by_root
 
 FILE_MODE = 0o644
 MAX_MEMBERS = 100_000
-MAX_TOTAL_BYTES = 4 * 1024**3
+DEFAULT_MAX_UNPACKED = 512 * 1024**2
+"""A bundle is observations, logs and JSON: a few MiB. ``--max-unpacked-mib`` lifts the cap for a genuine big one."""
+MAX_CHECKSUMS_BYTES = 16 * 1024**2
 
 
 def default_output(run_dir: Path) -> Path:
@@ -71,7 +76,7 @@ def pack(run_dir: Path, out: Path | None = None, environ: Mapping[str, str] | No
     if layout.CHECKSUMS not in listing.files:
         raise ConfigError(f"{run_dir}: not sealed (no {layout.CHECKSUMS}); seal it before packing")
     listed, problems = checksums.parse((run_dir / layout.CHECKSUMS).read_text(encoding="utf-8"))
-    files = [f for f in listing.files if f != layout.CHECKSUMS]
+    files = [f for f in listing.files if f not in layout.OUTSIDE_CHECKSUMS]
     problems += checksums.compare(listed, checksums.digests(run_dir, files))
     problems += [Problem(rel, "links and special files cannot be packed") for rel in listing.odd]
     if problems:
@@ -111,12 +116,12 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str | None:
     if member.issym() or member.islnk():
         kind = "symlink" if member.issym() else "hard link"
         return f"{kind} to {member.linkname!r}; bundles contain no links"
+    if member.issparse():
+        return "sparse file; bundles hold plain files"
     if not (member.isreg() or member.isdir()):
         return "not a regular file or folder"
-    clean = name.rstrip("/")
-    if clean.startswith("./"):
-        clean = clean[2:]
-    if member.isreg() and not layout.safe_relpath(clean):
+    clean = _clean(name)
+    if (member.isreg() or clean) and not layout.safe_relpath(clean):
         return "unsafe name"
     if member.isreg() and clean in seen:
         return "appears twice in the archive"
@@ -124,31 +129,134 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str | None:
     return None
 
 
-def safe_extract(archive: Path, dest: Path) -> Path:
-    """Extract into ``dest`` after checking every member; returns the bundle root inside ``dest``."""
+def _clean(name: str) -> str:
+    clean = name.rstrip("/")
+    return clean[2:] if clean.startswith("./") else clean
+
+
+def _members(archive: Path, tar: tarfile.TarFile, max_bytes: int) -> list[tarfile.TarInfo]:
+    """Every header, read one by one: a declared size over the limit stops before its data is decompressed."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    while True:
+        if len(members) >= MAX_MEMBERS:
+            raise VerificationFailed(f"{archive}: more than {MAX_MEMBERS} members; too many to be a bundle")
+        try:
+            member = tar.next()
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+            raise VerificationFailed(f"{archive}: damaged archive ({exc})") from None
+        if member is None:
+            return members
+        total += max(member.size, 0)
+        if total > max_bytes:
+            raise VerificationFailed(
+                f"{archive}: unpacks to more than {max_bytes // 2**20} MiB (reached at {printable(member.name)}); "
+                "refusing it. If the bundle is genuine, raise the limit with --max-unpacked-mib"
+            )
+        members.append(member)
+
+
+def _listing(archive: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo]) -> tuple[str, dict[str, str]]:
+    """The archive's top folder (``name/`` or ``""``) and what its SHA256SUMS lists, read before anything else."""
+    found = [m for m in members if m.isreg() and _clean(m.name).split("/")[-1] == layout.CHECKSUMS]
+    found = [m for m in found if _clean(m.name).count("/") <= 1]
+    if len(found) != 1:
+        raise VerificationFailed(f"{archive}: no SHA256SUMS at the top of the archive: not a sealed bundle")
+    sums = found[0]
+    if sums.size > MAX_CHECKSUMS_BYTES:
+        raise VerificationFailed(f"{archive}: {printable(sums.name)} is larger than {MAX_CHECKSUMS_BYTES} bytes")
+    handle = tar.extractfile(sums)
+    assert handle is not None
+    try:
+        text = handle.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise VerificationFailed(f"{archive}: {printable(sums.name)} is not UTF-8 text") from None
+    listed, problems = checksums.parse(text)
+    if problems:
+        shown = "\n".join(f"  {p}" for p in problems[:10])
+        raise VerificationFailed(f"{archive}: {printable(sums.name)} is malformed, nothing extracted:\n{shown}")
+    prefix = _clean(sums.name)[: -len(layout.CHECKSUMS)]
+    return prefix, listed
+
+
+def _unlisted(member: tarfile.TarInfo, prefix: str, listed: Mapping[str, str]) -> str | None:
+    """Why a structurally sound member is still refused: it lies outside the bundle or SHA256SUMS does not list it."""
+    clean = _clean(member.name)
+    if member.isdir():
+        return None if (clean + "/").startswith(prefix) or not clean else "folder outside the bundle's top folder"
+    if not clean.startswith(prefix):
+        return "outside the bundle's top folder"
+    rel = clean[len(prefix) :]
+    if rel in listed or rel in layout.OUTSIDE_CHECKSUMS:
+        return None
+    return f"not listed in {layout.CHECKSUMS}"
+
+
+def _write_member(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, want: str | None) -> None:
+    """Stream one member to ``target``, never more than its declared size, hashing as it goes."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle = tar.extractfile(member)
+    assert handle is not None
+    digest, left = hashlib.sha256(), member.size
+    partial = target.with_name(target.name + ".partial")
+    with handle, open(partial, "xb") as out:
+        while left > 0:
+            chunk = handle.read(min(left, 1 << 20))
+            if not chunk:
+                raise VerificationFailed(f"{archive}: {printable(member.name)}: truncated")
+            digest.update(chunk)
+            out.write(chunk)
+            left -= len(chunk)
+    if want is not None and digest.hexdigest() != want:
+        partial.unlink()
+        raise VerificationFailed(
+            f"{archive}: {printable(member.name)}: sha256 {digest.hexdigest()} does not match "
+            f"{layout.CHECKSUMS} ({want}); extraction stopped"
+        )
+    os.chmod(partial, FILE_MODE)
+    os.replace(partial, target)
+
+
+def safe_extract(archive: Path, dest: Path, max_bytes: int = DEFAULT_MAX_UNPACKED) -> Path:
+    """Extract into ``dest`` after checking every member; returns the bundle root inside ``dest``.
+
+    SHA256SUMS is read first; a member it does not list (or that is unsafe: a link, a device, a
+    sparse file, ``..``) is refused by name before anything is written; the sum of the declared
+    sizes is capped at ``max_bytes``; each member is hashed as it streams and must match its line.
+    """
     try:
         tar = tarfile.open(archive, mode="r:*")  # noqa: SIM115 - closed by the with below
     except (tarfile.TarError, OSError) as exc:
         raise VerificationFailed(f"{archive}: not a readable tar archive ({exc})") from None
     with tar:
-        try:
-            members = tar.getmembers()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise VerificationFailed(f"{archive}: damaged archive ({exc})") from None
-        if len(members) > MAX_MEMBERS or sum(m.size for m in members) > MAX_TOTAL_BYTES:
-            raise VerificationFailed(f"{archive}: too large to be a bundle")
+        members = _members(archive, tar, max_bytes)
         seen: set[str] = set()
-        bad = [f"  {m.name}: {why}" for m in members if (why := _check_member(m, seen))]
+        bad = [f"  {printable(m.name)}: {why}" for m in members if (why := _check_member(m, seen))]
         if bad:
             listing = "\n".join(bad)
             raise VerificationFailed(f"{archive}: unsafe archive members, nothing extracted:\n{listing}")
-        if not hasattr(tarfile, "data_filter"):
-            raise ConfigError("safe extraction needs tarfile extraction filters (Python 3.11.4 or newer)")
+        prefix, listed = _listing(archive, tar, members)
+        bad = [f"  {printable(m.name)}: {why}" for m in members if (why := _unlisted(m, prefix, listed))]
+        if bad:
+            listing = "\n".join(bad)
+            raise VerificationFailed(
+                f"{archive}: archive members SHA256SUMS does not cover, nothing extracted:\n{listing}"
+            )
+        root = dest.resolve()
         try:
-            tar.extractall(dest, members=members, filter="data")
-        except tarfile.FilterError as exc:
-            member = getattr(exc, "tarinfo", None)
-            raise VerificationFailed(f"{archive}: {getattr(member, 'name', '?')}: {exc}") from None
+            for member in members:
+                target = root / _clean(member.name)
+                if not target.resolve().is_relative_to(root):
+                    raise VerificationFailed(f"{archive}: {printable(member.name)}: leaves the folder")
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                rel = _clean(member.name)[len(prefix) :]
+                _write_member(archive, tar, member, target, listed.get(rel))
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            raise VerificationFailed(f"{archive}: damaged archive ({exc})") from None
+        except OSError as exc:
+            raise VerificationFailed(f"{archive}: cannot extract ({exc})") from None
     return bundle_root(dest)
 
 
@@ -161,7 +269,7 @@ def bundle_root(dest: Path) -> Path:
 
 
 @contextlib.contextmanager
-def opened(path: Path) -> Iterator[Path]:
+def opened(path: Path, max_bytes: int = DEFAULT_MAX_UNPACKED) -> Iterator[Path]:
     """A run folder as is, or an archive unpacked safely into a temporary folder removed afterwards."""
     if path.is_dir():
         yield path
@@ -169,4 +277,4 @@ def opened(path: Path) -> Iterator[Path]:
     if not path.is_file():
         raise ConfigError(f"{path}: no such run folder or bundle archive")
     with tempfile.TemporaryDirectory(prefix="difflab-bundle-") as tmp:
-        yield safe_extract(path, Path(tmp))
+        yield safe_extract(path, Path(tmp), max_bytes)

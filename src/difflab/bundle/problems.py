@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from difflab.files.names import printable
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
@@ -13,4 +15,5 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        """Escaped: names and key ids come from the bundle and must not reach the terminal raw."""
+        return f"{printable(self.path)}: {printable(self.message)}"

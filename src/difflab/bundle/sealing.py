@@ -1,7 +1,9 @@
 """Turn a finished run folder into a bundle: keys/, REPRODUCE.md, signed statements, SHA256SUMS.
 
 Order matters: per-fix statements are signed first, the run statement then lists every file
-(including those envelopes), and SHA256SUMS comes last and lists everything but itself.
+(including those envelopes), the optional Sigstore bundle signs the run statement, SHA256SUMS
+lists everything so far, and the checksums statement, signed last, names SHA256SUMS by digest:
+every file of the bundle is covered by a signature (docs/bundle.md, bundle format 2).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from difflab.bundle import canonical, checksums, dsse, instructions, keyless, keys, layout, statements
 from difflab.errors import ConfigError
+from difflab.files.names import has_controls, printable
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ def seal_with(
     listing = layout.scan(run_dir)
     if listing.odd:
         raise ConfigError(f"{run_dir}: links or special files cannot be sealed: {', '.join(listing.odd)}")
+    controls = [printable(rel) for rel in listing.files if has_controls(rel)]
+    if controls:
+        raise ConfigError(f"{run_dir}: file names with control characters cannot be sealed: {', '.join(controls)}")
 
     (run_dir / layout.KEYS).mkdir()
     public_key = run_dir / layout.PUBLIC_KEY
@@ -114,7 +120,8 @@ def seal_with(
     bundle = None
     if sigstore or (sigstore is None and keyless.available(environ)):
         bundle = keyless.sign(payload, run_dir / layout.SIGSTORE_BUNDLE, echo)
-    sums = write_checksums(run_dir)
+    sums = seal_checksums(run_dir, signing)
+    envelopes.append(run_dir / layout.CHECKSUMS_ENVELOPE)
     count = len(layout.scan(run_dir).files)
     info = SealInfo(
         run_dir=run_dir,
@@ -211,4 +218,14 @@ def write_run_statement(run_dir: Path, signing: keys.SigningKey, environ: Mappin
 
 
 def write_checksums(run_dir: Path) -> Path:
-    return checksums.write(run_dir, layout.scan(run_dir).files)
+    """SHA256SUMS over every file but itself and the checksums statement (which signs it)."""
+    files = [f for f in layout.scan(run_dir).files if f not in layout.OUTSIDE_CHECKSUMS]
+    return checksums.write(run_dir, files)
+
+
+def seal_checksums(run_dir: Path, signing: keys.SigningKey) -> Path:
+    """Write SHA256SUMS, then sign it: the last step of sealing."""
+    sums = write_checksums(run_dir)
+    payload = canonical.dumps(statements.checksums_list(checksums.sha256_file(sums)))
+    _write_envelope(run_dir / layout.CHECKSUMS_ENVELOPE, payload, signing)
+    return sums

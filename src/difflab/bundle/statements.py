@@ -18,7 +18,13 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 # Our own type URIs; documented in docs/bundle.md.
 PROBE_RESULTS = "urn:sglang-difflab:probe-results:v1"
-RUN_BUILD_TYPE = "urn:sglang-difflab:run:v1"
+CHECKSUMS_LIST = "urn:sglang-difflab:checksums:v1"
+RUN_BUILD_TYPE = "urn:sglang-difflab:run:v2"
+BUNDLE_FORMATS = {"urn:sglang-difflab:run:v1": 1, RUN_BUILD_TYPE: 2}
+"""The run statement's buildType says which bundle format it belongs to; being signed, it cannot be downgraded.
+1: SHA256SUMS unsigned, nothing but it and the run envelope outside the run statement (the published
+reference bundle). 2: SHA256SUMS signed last by the checksums statement, so files written after the
+run statement (the Sigstore bundle) are covered too."""
 LOCAL_BUILDER = "urn:sglang-difflab:builder:local"
 
 
@@ -47,6 +53,21 @@ def source_descriptor(identity: Mapping[str, Any]) -> dict[str, Any]:
             digest["gitTree"] = str(identity["tree"]).lower()
         return {"name": f"{repo}@{commit}", "uri": f"git+{repo}@{commit}", "digest": digest}
     raise ValueError(f"source {dict(identity)} names neither a wheel sha256 nor a git commit")
+
+
+def tree_descriptor(identity: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The unpacked ``sglang/`` of a release by its tree digest (see :mod:`difflab.source.tree`), if recorded."""
+    tree = identity.get("tree_sha256")
+    if identity.get("kind") != "release" or not tree:
+        return None
+    name = str(identity.get("file") or f"sglang-{identity.get('version')}")
+    return {"name": f"{name}!/sglang/", "digest": {"sha256": str(tree).lower()}}
+
+
+def source_subjects(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a statement about a source names: the wheel or commit, and the tree that actually ran."""
+    tree = tree_descriptor(identity)
+    return [source_descriptor(identity), *([tree] if tree else [])]
 
 
 def statement(subjects: Sequence[Mapping[str, Any]], predicate_type: str, predicate: Any) -> dict[str, Any]:
@@ -109,11 +130,10 @@ def probe_results(
         source = obs.get("source") or None
         if source:
             try:
-                descriptor = source_descriptor(source)
+                descriptors = source_subjects(source)
             except ValueError as exc:
                 raise ConfigError(f"{record.path}: {exc}") from None
-            if descriptor not in subjects:
-                subjects.append(descriptor)
+            subjects += [d for d in descriptors if d not in subjects]
         probes.append(
             {
                 "probe": record.probe,
@@ -131,6 +151,12 @@ def probe_results(
         subjects = [file_descriptor(r.path, r.sha256) for r in records]
     predicate = {"fix": fix, "side": side, "verdict": verdict, "probes": probes}
     return statement(subjects, PROBE_RESULTS, predicate)
+
+
+def checksums_list(sha256: str) -> dict[str, Any]:
+    """The statement signed last: its subject is SHA256SUMS, which lists every other file of the bundle."""
+    predicate = {"lists": "every file of the bundle but SHA256SUMS itself and this statement's envelope"}
+    return statement([file_descriptor("SHA256SUMS", sha256)], CHECKSUMS_LIST, predicate)
 
 
 def _image_dependency(image: str) -> dict[str, Any] | None:
@@ -171,11 +197,12 @@ def run_provenance(
         dependencies.append({"name": "matrix", "uri": str(matrix.get("path")), "digest": {"sha256": matrix["sha256"]}})
     for label, identity in sorted((run.get("sources") or {}).items()):
         try:
-            descriptor = source_descriptor(identity)
+            descriptors = source_subjects(identity)
         except ValueError as exc:
             raise ConfigError(f"run.json: sources.{label}: {exc}") from None
-        descriptor["annotations"] = {"label": label}
-        dependencies.append(descriptor)
+        for descriptor in descriptors:
+            descriptor["annotations"] = {"label": label}
+            dependencies.append(descriptor)
     if runner.get("image"):
         dependency = _image_dependency(str(runner["image"]))
         if dependency:

@@ -3,7 +3,9 @@
 Trust comes from the verifier's side only:
 - ``--key PUB``: that public key file;
 - ``--fingerprint sha256:HEX``: the key carried in the bundle (``keys/*.pub``) whose fingerprint is this;
-- ``--trusted-keys FILE``: a file of fingerprints, one per line (``#`` comments).
+- ``--trusted-keys FILE``: a file of fingerprints, one per line (``#`` comments);
+- ``--sigstore-identity URI`` (``difflab verify``): a Sigstore signature over the whole archive by that
+  identity, verified, vouches for the keys that archive carries (see :mod:`difflab.bundle.keyless`).
 With none of these, the per-user trusted-keys file is read (difflab adds your own key to it when it
 generates it). Given any of them, only they count, so ``--key`` means exactly that key.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -28,12 +30,17 @@ class TrustPolicy:
     keys: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
     pinned: frozenset[str] = frozenset()
     sources: tuple[str, ...] = ()
+    vouched_by: str | None = None  # the carried keys are trusted because this verified signature covers them
 
     def select(self, carried: Mapping[str, Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
-        """Trusted keys: the explicit ones, and carried ones whose fingerprint is pinned."""
+        """Trusted keys: the explicit ones, and carried ones whose fingerprint is pinned (or all, if vouched)."""
         chosen = dict(self.keys)
-        chosen.update({fp: key for fp, key in carried.items() if fp in self.pinned})
+        chosen.update({fp: key for fp, key in carried.items() if fp in self.pinned or self.vouched_by})
         return chosen
+
+    def vouch(self, by: str) -> TrustPolicy:
+        """The same policy, also trusting the keys this one archive carries (its signer was pinned and checked)."""
+        return replace(self, vouched_by=by, sources=(*self.sources, f"the keys inside, vouched for by {by}"))
 
     def describe(self) -> str:
         if not self.sources:

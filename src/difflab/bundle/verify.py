@@ -14,10 +14,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from difflab.bundle import checksums, dsse, keys, layout, pack, statements
+from difflab.bundle import checksums, dsse, keyless, keys, layout, pack, statements
 from difflab.bundle.problems import Problem
 from difflab.bundle.trust import TrustPolicy
 from difflab.errors import ConfigError
+from difflab.files.names import has_controls
 
 
 @dataclass
@@ -30,6 +31,8 @@ class VerifyReport:
     signers: set[str] = field(default_factory=set)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    keyless: list[keyless.KeylessCheck] = field(default_factory=list)
+    trust: TrustPolicy | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,22 +44,58 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def verify_path(path: Path, trust: TrustPolicy | None) -> VerifyReport:
+def verify_path(
+    path: Path,
+    trust: TrustPolicy | None,
+    sigstore: keyless.KeylessPolicy | None = None,
+    sigstore_bundle: Path | None = None,
+    max_bytes: int = pack.DEFAULT_MAX_UNPACKED,
+) -> VerifyReport:
     """Verify a run folder or a packed archive (unpacked safely into a temporary folder).
 
     ``trust=None`` checks files against SHA256SUMS only; it is for ``reproduce --skip-signatures``.
+    A Sigstore bundle over the archive (``sigstore_bundle``, else ``ARCHIVE.sigstore.json``) is checked
+    first; verified against a pinned identity, it vouches for the keys the archive carries.
     """
-    with pack.opened(path) as root:
-        report = verify_folder(root, trust)
+    sigstore = sigstore or keyless.KeylessPolicy()
+    checks: list[keyless.KeylessCheck] = []
+    problems: list[Problem] = []
+    if sigstore_bundle is not None and path.is_dir():
+        raise ConfigError(f"--sigstore-bundle: {path} is a folder; a Sigstore bundle signs an archive")
+    bundle = keyless.artifact_bundle(path, sigstore_bundle) if trust is not None else None
+    if bundle is not None and trust is not None:
+        check = keyless.verify_artifact(path, bundle, sigstore)
+        checks.append(check)
+        if check.failure:
+            problems.append(Problem(bundle.name, f"Sigstore signature does not verify: {check.failure}"))
+        elif check.verified and check.identity_pinned:
+            trust = trust.vouch(f"the Sigstore signature of {path.name} by {sigstore.identity}")
+    with pack.opened(path, max_bytes) as root:
+        report = verify_folder(root, trust, sigstore)
     report.target = path
+    report.keyless[:0] = checks
+    if sigstore.identity and trust is not None and not report.keyless:
+        problems.append(
+            Problem(
+                f"{path.name}{keyless.BUNDLE_SUFFIX}",
+                f"missing: --sigstore-identity asks for a Sigstore signature, and there is none (beside the "
+                f"archive, as --sigstore-bundle FILE, or inside as {layout.SIGSTORE_BUNDLE})",
+            )
+        )
+    report.problems = sorted(set(report.problems) | set(problems))
     return report
 
 
-def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
-    report = VerifyReport(target=root)
+def verify_folder(root: Path, trust: TrustPolicy | None, sigstore: keyless.KeylessPolicy | None = None) -> VerifyReport:
+    report = VerifyReport(target=root, trust=trust)
     problems = report.problems
     listing = layout.scan(root)
     problems += [Problem(rel, "is a link or special file; bundles hold plain files") for rel in listing.odd]
+    problems += [
+        Problem(rel, "file name holds control characters; a bundle never does (shown escaped)")
+        for rel in listing.files
+        if has_controls(rel)
+    ]
     report.files = len(listing.files)
     if layout.CHECKSUMS not in listing.files:
         problems.append(Problem(layout.CHECKSUMS, "missing: this is not a sealed bundle"))
@@ -69,18 +108,19 @@ def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
     listed, parse_problems = checksums.parse(sums_text)
     problems += parse_problems
     actual = checksums.digests(root, [f for f in listing.files if f != layout.CHECKSUMS])
-    problems += checksums.compare(listed, actual)
 
     carried, key_problems = _carried_keys(root, listing.files)
     problems += key_problems
     if trust is None:
         report.notes.append("signatures not checked (integrity against SHA256SUMS only)")
         report.envelopes = [rel for rel in listing.files if _is_envelope(rel)]
+        problems += checksums.compare(listed, _listable(actual, 2 if layout.CHECKSUMS_ENVELOPE in actual else 1))
         report.problems = sorted(set(problems))
         return report
     trusted = trust.select(carried)
+    payloads: dict[str, bytes] = {}
     if trusted:
-        verified = _open_envelopes(root, listing.files, trusted, report)
+        verified = _open_envelopes(root, listing.files, trusted, report, payloads)
     else:
         problems.append(_no_trust_problem(carried, trust))
         report.envelopes = [rel for rel in listing.files if _is_envelope(rel)]
@@ -88,16 +128,78 @@ def verify_folder(root: Path, trust: TrustPolicy | None) -> VerifyReport:
 
     if layout.RUN_ENVELOPE not in listing.files:
         problems.append(Problem(layout.RUN_ENVELOPE, "missing: the bundle has no signed run statement"))
-    elif layout.RUN_ENVELOPE in verified:
-        problems += _check_run_statement(verified[layout.RUN_ENVELOPE], actual)
+    fmt = _bundle_format(verified.get(layout.RUN_ENVELOPE), actual)
+    problems += checksums.compare(listed, _listable(actual, fmt))
+    if layout.RUN_ENVELOPE in verified:
+        problems += _check_run_statement(verified[layout.RUN_ENVELOPE], actual, fmt)
+    if fmt >= 2:
+        problems += _check_checksums_statement(root, verified, listing.files)
     problems += _check_fix_statements(root, listing.files, verified, actual)
-    if layout.SIGSTORE_BUNDLE in listing.files:
-        report.notes.append(
-            f"{layout.SIGSTORE_BUNDLE}: keyless Sigstore signature present, checked by "
-            "digest only; see docs/bundle.md to verify its signer identity with sigstore"
-        )
+    if layout.SIGSTORE_BUNDLE in actual and fmt >= 2:
+        binding = _check_sigstore(root, payloads.get(layout.RUN_ENVELOPE))
+        problems += binding
+        if not binding:
+            check = keyless.verify_statement(
+                root / layout.SIGSTORE_BUNDLE,
+                layout.SIGSTORE_BUNDLE,
+                payloads.get(layout.RUN_ENVELOPE),
+                sigstore or keyless.KeylessPolicy(),
+            )
+            report.keyless.append(check)
+            if check.failure:
+                problems.append(Problem(layout.SIGSTORE_BUNDLE, f"Sigstore signature does not verify: {check.failure}"))
+            elif not check.verified:
+                report.notes.append(
+                    f"{layout.SIGSTORE_BUNDLE}: Sigstore bundle bound to the signed run statement, but its signer "
+                    "was NOT verified (" + "; ".join(check.not_checked) + ")"
+                )
     report.problems = sorted(set(problems))
     return report
+
+
+def _listable(actual: Mapping[str, str], fmt: int) -> dict[str, str]:
+    """The files SHA256SUMS must list: all but itself, and (format 2) the statement that signs it."""
+    return {rel: d for rel, d in actual.items() if fmt < 2 or rel not in layout.OUTSIDE_CHECKSUMS}
+
+
+def _bundle_format(run_statement: Mapping[str, Any] | None, actual: Mapping[str, str]) -> int:
+    """The format the signed run statement declares; unverified, assume the newest (its checks still fail)."""
+    if run_statement is None:
+        return 2 if layout.CHECKSUMS_ENVELOPE in actual else 1
+    build_type = ((run_statement.get("predicate") or {}).get("buildDefinition") or {}).get("buildType")
+    return statements.BUNDLE_FORMATS.get(str(build_type), 2)
+
+
+def _check_checksums_statement(root: Path, verified: Mapping[str, dict[str, Any]], files: list[str]) -> list[Problem]:
+    """Format 2: SHA256SUMS is itself signed, by the statement written last."""
+    rel_env = layout.CHECKSUMS_ENVELOPE
+    if rel_env not in files:
+        return [Problem(rel_env, f"missing: {layout.CHECKSUMS} is not signed (the run statement says it must be)")]
+    statement = verified.get(rel_env)
+    if statement is None:
+        return []  # its signature failed: already a problem
+    if statement.get("predicateType") != statements.CHECKSUMS_LIST:
+        return [Problem(rel_env, f"predicateType is not {statements.CHECKSUMS_LIST}")]
+    subjects = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in statement["subject"]}
+    if set(subjects) != {layout.CHECKSUMS}:
+        return [Problem(rel_env, f"names {sorted(map(str, subjects))}, not just {layout.CHECKSUMS}")]
+    if checksums.sha256_file(root / layout.CHECKSUMS) != subjects[layout.CHECKSUMS]:
+        return [Problem(layout.CHECKSUMS, f"sha256 does not match the signed checksums statement ({rel_env})")]
+    return []
+
+
+def _check_sigstore(root: Path, run_payload: bytes | None) -> list[Problem]:
+    """The Sigstore bundle must sign exactly the run statement (its signer is checked by :mod:`keyless`)."""
+    rel = layout.SIGSTORE_BUNDLE
+    try:
+        envelope = keyless.dsse_envelope((root / rel).read_bytes())
+    except ValueError as exc:
+        return [Problem(rel, f"not a Sigstore bundle over a DSSE envelope ({exc}); unbound, so not accepted")]
+    if run_payload is None:
+        return [Problem(rel, f"cannot be bound: {layout.RUN_ENVELOPE} did not verify")]
+    if envelope.payload_type != dsse.IN_TOTO_PAYLOAD or envelope.payload != run_payload:
+        return [Problem(rel, f"signs something other than the run statement in {layout.RUN_ENVELOPE}; unbound")]
+    return []
 
 
 def _is_envelope(rel: str) -> bool:
@@ -124,9 +226,10 @@ def _no_trust_problem(carried: Mapping[str, Ed25519PublicKey], trust: TrustPolic
         fps = ", ".join(sorted(carried))
         return Problem(
             layout.PUBLIC_KEY,
-            f"the bundle carries key {fps}, which you have not trusted (trust: "
-            f"{trust.describe()}); check the fingerprint with the publisher, then pass "
-            f"--fingerprint {sorted(carried)[0]}, or pass --key with their public key",
+            f"signed with a key you have not trusted (trust: {trust.describe()}). The bundle names its key "
+            f"as (untrusted: {fps}): anyone who can change the bundle can change that too. Get the "
+            "fingerprint the publisher published through another channel and pass that with --fingerprint, "
+            "or pass --key with their public key",
         )
     return Problem(layout.KEYS, f"no trusted key to check signatures with (trust: {trust.describe()})")
 
@@ -136,6 +239,7 @@ def _open_envelopes(
     files: list[str],
     trusted: Mapping[str, Ed25519PublicKey],
     report: VerifyReport,
+    payloads: dict[str, bytes],
 ) -> dict[str, dict[str, Any]]:
     """Verified statements by envelope path; failures become problems naming the envelope."""
     verified: dict[str, dict[str, Any]] = {}
@@ -157,16 +261,24 @@ def _open_envelopes(
         except ValueError as exc:
             report.problems.append(Problem(rel, str(exc)))
             continue
+        payloads[rel] = opened.payload
         report.signers.add(opened.signer)
     return verified
 
 
-def _check_run_statement(statement: Mapping[str, Any], actual: Mapping[str, str]) -> list[Problem]:
+def _check_run_statement(statement: Mapping[str, Any], actual: Mapping[str, str], fmt: int) -> list[Problem]:
     """Every subject matches its file, and every file (bar those written after signing) is a subject."""
     rel_env = layout.RUN_ENVELOPE
     problems = []
     if statement.get("predicateType") != statements.SLSA_PROVENANCE:
         problems.append(Problem(rel_env, f"predicateType is not {statements.SLSA_PROVENANCE}"))
+    build_type = ((statement.get("predicate") or {}).get("buildDefinition") or {}).get("buildType")
+    if build_type not in statements.BUNDLE_FORMATS:
+        known = ", ".join(sorted(statements.BUNDLE_FORMATS))
+        problems.append(
+            Problem(rel_env, f"buildType {build_type!r} is not a bundle format this verifier knows ({known})")
+        )
+    outside = layout.OUTSIDE_RUN_STATEMENT if fmt >= 2 else layout.OUTSIDE_RUN_STATEMENT_V1
     subjects: dict[str, str] = {}
     for subject in statement["subject"]:
         name, digest = subject.get("name"), subject["digest"].get("sha256")
@@ -179,7 +291,12 @@ def _check_run_statement(statement: Mapping[str, Any], actual: Mapping[str, str]
         elif actual[name] != digest:
             problems.append(Problem(name, f"sha256 does not match its subject in {rel_env} ({digest})"))
     for rel in actual:
-        if rel not in subjects and rel not in layout.OUTSIDE_RUN_STATEMENT:
+        if rel in subjects or rel in outside:
+            continue
+        if fmt < 2 and rel in layout.OUTSIDE_RUN_STATEMENT:
+            message = f"not covered by any signature: bundle format 1 ({rel_env}) signs nothing written after it"
+            problems.append(Problem(rel, message))
+        else:
             problems.append(Problem(rel, f"not covered by the signed run statement ({rel_env})"))
     return problems
 
@@ -211,7 +328,7 @@ def _check_fix_statements(
             problems += _check_probe_statement(root, rel_env, verified[rel_env], obs_files, actual, sources)
     expected = {layout.fix_envelope(fix, side) for fix, side in groups}
     for rel_env in verified:
-        if rel_env != layout.RUN_ENVELOPE and rel_env not in expected:
+        if rel_env not in (layout.RUN_ENVELOPE, layout.CHECKSUMS_ENVELOPE) and rel_env not in expected:
             problems.append(Problem(rel_env, "attests observations that are not in the bundle"))
     return problems
 
@@ -278,18 +395,19 @@ def _check_observation(
             problems.append(Problem(rel_env, f"records no source for {name} and does not name it as subject"))
         return problems
     try:
-        expected = statements.source_descriptor(source)
+        expected = statements.source_subjects(source)
     except ValueError as exc:
         return [*problems, Problem(name, f"source: {exc}")]
-    if expected["digest"] not in subject_digests:
-        got = "; ".join(json.dumps(d, sort_keys=True) for d in subject_digests)
-        problems.append(
-            Problem(
-                rel_env,
-                f"subject digest {got} does not match the source recorded in {name} "
-                f"({json.dumps(expected['digest'], sort_keys=True)})",
+    for descriptor in expected:
+        if descriptor["digest"] not in subject_digests:
+            got = "; ".join(json.dumps(d, sort_keys=True) for d in subject_digests)
+            problems.append(
+                Problem(
+                    rel_env,
+                    f"subject digest {got} does not match the source recorded in {name} "
+                    f"({json.dumps(descriptor['digest'], sort_keys=True)})",
+                )
             )
-        )
     if sources and source not in sources:
         problems.append(Problem(name, f"source is not one of the sources recorded in {layout.RUN_JSON}"))
     return problems

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from difflab.paths import default_matrix
+from difflab.bundle.pack import DEFAULT_MAX_UNPACKED
+from difflab.paths import default_matrix, default_release_lock
 from difflab.runner import DEFAULT, RUNNERS
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.source import SOURCES
@@ -16,12 +17,32 @@ def matrix(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
 
 
+def release_lock(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock-file",
+        type=Path,
+        default=default_release_lock(),
+        help="the release lock (default: %(default)s)",
+    )
+
+
+def since(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--since", metavar="VERSION", help=f"oldest release to include (default: {default})")
+
+
 def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (repeatable; default: all)") -> None:
     parser.add_argument("--fix", action="append", dest="fixes", metavar="N", help=help)
 
 
-def out(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--out", type=Path, help=f"results folder (default: {default})")
+def out(parser: argparse.ArgumentParser, default: str | None, required: bool = False) -> None:
+    """``--out`` and ``--force``: a results folder never replaces anything but an earlier one, and only when asked."""
+    where = "results folder" + (f" (default: {default})" if default else "")
+    parser.add_argument("--out", type=Path, required=required, help=f"{where}; must be new, empty, or see --force")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out if it holds an earlier difflab results folder (never any other folder)",
+    )
 
 
 def source(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +58,20 @@ def source(parser: argparse.ArgumentParser) -> None:
 
 def repo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", help=f"git repository URL or path (default: ${REPO_ENV} or SGLang upstream)")
+
+
+def upstream_tests(parser: argparse.ArgumentParser) -> None:
+    """``--upstream-tests DIR``: SGLang's own test files, replayed beside the probes (any source kind)."""
+    parser.add_argument(
+        "--upstream-tests",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "a folder laid out like SGLang's repository (test/registered/...) holding the fixes' own unit tests: "
+            "they are replayed on the same sources as supporting evidence (default: $DIFFLAB_UPSTREAM_TESTS; "
+            "a git source's own test/ tree is used first)"
+        ),
+    )
 
 
 def backend(parser: argparse.ArgumentParser, local_only: bool = False) -> None:
@@ -70,13 +105,28 @@ def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only:
 
 def selection(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
-    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "runner", "use_cache")}
+    return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "force", "runner", "use_cache")}
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, object]:
     """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
     options = selection(args) | {"timeout_s": args.timeout}
     return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+
+
+def archive_limit(parser: argparse.ArgumentParser) -> None:
+    """``--max-unpacked-mib``: how much an archive may unpack to before it is refused unread."""
+    parser.add_argument(
+        "--max-unpacked-mib",
+        type=int,
+        default=DEFAULT_MAX_UNPACKED // 2**20,
+        metavar="MIB",
+        help="refuse an archive whose members add up to more than this (default: %(default)s MiB)",
+    )
+
+
+def max_unpacked(args: argparse.Namespace) -> int:
+    return max(0, args.max_unpacked_mib) * 2**20
 
 
 def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:

@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"where upstream fix commits come from, for the evidence (default: ${REPO_ENV} or SGLang upstream)",
     )
     _args.timeout(parser)
+    _args.upstream_tests(parser)
     parser.add_argument(
         "--scan-limit",
         type=int,
@@ -34,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     fork = {"repo": args.repo, "ref": args.ref, "upstream": args.upstream, "scan_limit": args.scan_limit}
+    fork["upstream_tests"] = args.upstream_tests
     req = BackportRequest(**fork, **_args.probe_options(args))
     reporter = Reporter()
     outcome = execute(req, reporter)

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from difflab.commands import _args
 from difflab.errors import ConfigError
+from difflab.files.atomic import results_folder
 from difflab.gpu.deployment import DEFAULT_MODEL
 from difflab.gpu.images import ImageMap
 from difflab.progress import Reporter
+from difflab.report.record import RunRecord, is_run_folder, write_json
 
 NAME = "gpu"
 HELP = "run the GPU/RDMA tier: live prefill/decode deployments of base and head images, judged like probes"
@@ -64,12 +66,13 @@ def main(args: argparse.Namespace) -> int:
             "no images: pass --image 0.5.20=lmsysorg/sglang:v0.5.20@sha256:<digest> (one per release "
             "the selected fixes need) or --images FILE; or --testserver to run without GPUs"
         )
-    from difflab.workflows.gpu import TierRequest, run_tier  # needs numpy/scipy ([stats] extra): only when used
+    from difflab.workflows.gpu import TierRequest, run_tier  # the tier: imported only when it runs
 
     rounds = args.rounds if args.rounds is not None else (3 if args.testserver else 6)
     req = TierRequest(
         fixes=args.fixes,
         out=args.out,
+        force=args.force,
         testserver=args.testserver,
         images=images,
         model=args.model,
@@ -81,9 +84,10 @@ def main(args: argparse.Namespace) -> int:
     outcome = run_tier(req, out)
     if outcome.status == "skipped":
         out.warn(f"difflab gpu: {outcome.reason}")
-        if args.out is not None:  # CI keeps the reason with the artifacts
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "status.json").write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
+        if args.out is not None:  # CI keeps the reason with the artifacts, under the same --out rules
+            with results_folder(args.out, force=args.force, ours=is_run_folder) as work:
+                write_json(work / "status.json", outcome.to_dict())
+                RunRecord(command="gpu", fixes=list(args.fixes or [])).write(work, outcome.exit_code)
     else:
         for v in outcome.verdicts:
             out.warn(f"  {v.id:<18} {v.verdict:<15} {v.reason[:140]}")

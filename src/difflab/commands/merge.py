@@ -15,13 +15,13 @@ HELP = "judge observations written by `difflab observe` runs (one folder per CI 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folders", nargs="+", type=Path, help="folders holding observe results")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the merged results")
+    _args.out(parser, None, required=True)
     parser.add_argument("--matrix", type=Path, help="matrix (default: the matrix.toml the cells recorded)")
     _args.bundle(parser, key=False)
 
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    verdicts = merge(args.folders, args.out, args.matrix, args.bundle, reporter)
+    verdicts = merge(args.folders, args.out, args.matrix, args.bundle, reporter, force=args.force)
     reporter.table(verdicts, args.out)
     return 0 if all(v.passed for v in verdicts) else 1

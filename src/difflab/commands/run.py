@@ -23,11 +23,13 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_probe_arguments(parser)
+    _args.upstream_tests(parser)
     _args.bundle(parser)
 
 
 def request(args: argparse.Namespace, **overrides: object) -> RunRequest:
     fields = _args.probe_options(args) | {"source_kind": args.source_kind, "repo": args.repo}
+    fields["upstream_tests"] = getattr(args, "upstream_tests", None)
     return RunRequest(**(fields | {"selfcheck": args.selfcheck} | overrides))
 
 

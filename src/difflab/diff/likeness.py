@@ -86,6 +86,8 @@ class BackportVerdict:
     paths: list[PathCheck] = field(default_factory=list)
     forced: list[str] = field(default_factory=list)
     """Switches the probes forced, with this build's own default where it differs."""
+    upstream_tests: dict[str, Any] | None = None
+    """What SGLang's own tests said on this source (``upstream-tests.json``), when they were replayed."""
 
     @property
     def passed(self) -> bool:
@@ -107,7 +109,7 @@ class BackportVerdict:
             "forced": self.forced,
             "evidence": self.evidence,
             "disagreements": self.disagreements,
-        }
+        } | ({"upstream_tests": self.upstream_tests} if self.upstream_tests is not None else {})
 
 
 def _field_checks(spec: ProbeSpec, obs: Observation | None) -> list[FieldCheck]:

@@ -64,6 +64,8 @@ class FixVerdict:
     base: dict[str, Any]
     head: dict[str, Any]
     probes: list[ProbeDiff] = field(default_factory=list)
+    upstream_tests: dict[str, Any] | None = None
+    """What SGLang's own tests said beside the probes (``upstream-tests.json``), when they were replayed."""
 
     @property
     def passed(self) -> bool:
@@ -82,7 +84,7 @@ class FixVerdict:
             "base": self.base,
             "head": self.head,
             "probes": [p.to_dict() for p in self.probes],
-        }
+        } | ({"upstream_tests": self.upstream_tests} if self.upstream_tests is not None else {})
 
 
 def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> list[FieldResult]:

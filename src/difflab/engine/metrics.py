@@ -1,20 +1,21 @@
-"""Prometheus text exposition format (version 0.0.4), parsed into plain samples.
+"""Prometheus metrics of an engine's ``/metrics``, as plain samples; parsed by ``prometheus_client``.
 
-Written here rather than taken from ``prometheus_client`` because that package is
-not a lab dependency; the format is small: ``# HELP``/``# TYPE`` comments and
-``name{label="value",...} value [timestamp]`` lines.
+SGLang exposes its metrics with ``prometheus_client``, so the same library's parser reads them
+(text format 0.0.4: ``# HELP``/``# TYPE`` lines, escapes, ``NaN``/``+Inf``, timestamps); it comes
+with the ``gpu`` extra and is imported only when a scrape is parsed. :func:`render_sample` is the
+test server's writer of single lines and needs nothing beyond the standard library.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+from difflab.extras import require
+
+PURPOSE = "reading the engines' Prometheus metrics (/metrics)"
 
 
 class MetricsParseError(ValueError):
@@ -73,81 +74,35 @@ class MetricSet:
         return {s.name for s in self.samples}
 
 
-def _parse_labels(text: str, pos: int, lineno: int) -> tuple[tuple[tuple[str, str], ...], int]:
-    """Parse ``{a="b",...}`` starting at ``text[pos] == '{'``; return labels and the index after ``}``."""
-    labels: list[tuple[str, str]] = []
-    pos += 1
-    while True:
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        if pos < len(text) and text[pos] == "}":
-            return tuple(sorted(labels)), pos + 1
-        m = _LABEL_NAME.match(text, pos)
-        if not m:
-            raise MetricsParseError(f"line {lineno}: bad label name at column {pos + 1}")
-        key = m.group(0)
-        pos = m.end()
-        if text[pos : pos + 2] != '="':
-            raise MetricsParseError(f"line {lineno}: expected '=\"' after label {key!r}")
-        pos += 2
-        value = []
-        while True:
-            if pos >= len(text):
-                raise MetricsParseError(f"line {lineno}: unterminated value of label {key!r}")
-            ch = text[pos]
-            if ch == "\\":
-                nxt = text[pos + 1 : pos + 2]
-                if nxt not in _ESCAPES:
-                    raise MetricsParseError(f"line {lineno}: bad escape in label {key!r}")
-                value.append(_ESCAPES[nxt])
-                pos += 2
-                continue
-            if ch == '"':
-                pos += 1
-                break
-            value.append(ch)
-            pos += 1
-        labels.append((key, "".join(value)))
-        while pos < len(text) and text[pos] in " \t":
-            pos += 1
-        if pos < len(text) and text[pos] == ",":
-            pos += 1
-        elif pos < len(text) and text[pos] == "}":
+def _parser() -> ModuleType:
+    return require("prometheus_client.parser", PURPOSE)
+
+
+def _where(parser: ModuleType, text: str) -> str:
+    """The first line the parser refuses on its own, as ``line N: ... in '...'`` (empty when none alone is bad)."""
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
             continue
-        else:
-            raise MetricsParseError(f"line {lineno}: expected ',' or '}}' after label {key!r}")
-
-
-def _parse_value(token: str, lineno: int) -> float:
-    try:
-        return float(token)  # accepts NaN, +Inf, -Inf as the format spells them
-    except ValueError:
-        raise MetricsParseError(f"line {lineno}: bad sample value {token!r}") from None
+        try:
+            list(parser.text_string_to_metric_families(line + "\n"))
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            return f"line {lineno}: {exc} in {line[:80]!r}"
+    return ""
 
 
 def parse(text: str) -> MetricSet:
     """Parse one scrape. Raises :class:`MetricsParseError` naming the first bad line."""
+    parser = _parser()
     out = MetricSet()
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            parts = line[1:].split(None, 3)
-            if len(parts) >= 3 and parts[0] == "TYPE":
-                out.types[parts[1]] = parts[2]
-            continue
-        m = _NAME.match(line)
-        if not m:
-            raise MetricsParseError(f"line {lineno}: bad metric name in {line[:60]!r}")
-        name, pos = m.group(0), m.end()
-        labels: tuple[tuple[str, str], ...] = ()
-        if pos < len(line) and line[pos] == "{":
-            labels, pos = _parse_labels(line, pos, lineno)
-        rest = line[pos:].split()
-        if not rest or len(rest) > 2:
-            raise MetricsParseError(f"line {lineno}: expected 'value [timestamp]' after {name}")
-        out.samples.append(Sample(name, labels, _parse_value(rest[0], lineno)))
+    try:
+        for family in parser.text_string_to_metric_families(text):
+            if family.type != "unknown":
+                out.types[family.name] = family.type
+            for s in family.samples:
+                out.samples.append(Sample(s.name, tuple(sorted(s.labels.items())), float(s.value)))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise MetricsParseError(_where(parser, text) or f"not Prometheus text format: {exc}") from None
     return out
 
 

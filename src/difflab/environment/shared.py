@@ -5,6 +5,9 @@ source on ``PYTHONPATH``. So one ~1.4 GB venv, built once (~1-2 min), serves
 every release and every fork instead of a 55 s, 1.6 GB venv per version.
 The environment is identified by a digest of its pinned requirements and the
 Python version; results record that digest and the installed package list.
+A release that needs other pins (``release-needs.toml``, planned by
+:mod:`difflab.environment.plan`) gets a sibling built the same way with those
+pins applied, keyed by its own digest.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from difflab.environment.plan import apply_pins, pin_versions
 from difflab.errors import EnvironmentSetupError
 from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
@@ -37,11 +41,22 @@ def spec_text(name: str) -> str:
     return resources.files("difflab.environment").joinpath(name).read_text()
 
 
-def spec_digest(python_version: str | None = None) -> str:
+def pinned_texts(pins: tuple[str, ...] = ()) -> tuple[str, str]:
+    """The two requirement files with ``pins`` applied (a pin lands in the file that lists its package)."""
+    main, nodeps = spec_text(REQUIREMENTS), spec_text(NODEPS_REQUIREMENTS)
+    if not pins:
+        return main, nodeps
+    in_nodeps = set(pin_versions(nodeps.splitlines()))
+    to_nodeps = tuple(p for p in pins if next(iter(pin_versions([p]))) in in_nodeps)
+    to_main = tuple(p for p in pins if p not in to_nodeps)
+    return apply_pins(main, to_main), apply_pins(nodeps, to_nodeps)
+
+
+def spec_digest(python_version: str | None = None, pins: tuple[str, ...] = ()) -> str:
     """Digest of what defines the environment: pinned requirements and Python X.Y."""
     py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     h = hashlib.sha256()
-    for part in (py, spec_text(REQUIREMENTS), spec_text(NODEPS_REQUIREMENTS)):
+    for part in (py, *pinned_texts(pins)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -53,13 +68,15 @@ class SharedEnvironment:
 
     cache: Path | None = None
     pip_args: list[str] = field(default_factory=lambda: os.environ.get("DIFFLAB_PIP_ARGS", "").split())
+    pins: tuple[str, ...] = ()
+    """Pins replacing the shared ones (a release's needs); empty for the shared environment itself."""
 
     def __post_init__(self) -> None:
         self.cache = self.cache or cache_root()
 
     @cached_property
     def digest(self) -> str:
-        return spec_digest()
+        return spec_digest(pins=self.pins)
 
     @property
     def path(self) -> Path:
@@ -83,7 +100,10 @@ class SharedEnvironment:
             if self.ready:
                 return self
             if progress:
-                progress(f"creating the shared CPU environment at {self.path} (once, ~2 min)")
+                what = "the shared CPU environment"
+                if self.pins:
+                    what = f"a CPU environment pinning {', '.join(self.pins)}"
+                progress(f"creating {what} at {self.path} (once, ~2 min)")
             with atomic_folder(self.path) as tmp:
                 self._build(tmp)
         return self
@@ -91,11 +111,12 @@ class SharedEnvironment:
     def _build(self, into: Path) -> None:
         venv.EnvBuilder(with_pip=True, clear=True).create(into)
         py = str(into / "bin" / "python")
+        main_text, nodeps_text = pinned_texts(self.pins)
         with tempfile.TemporaryDirectory() as tmp:
             req = Path(tmp) / REQUIREMENTS
-            req.write_text(spec_text(REQUIREMENTS))
+            req.write_text(main_text)
             nodeps = Path(tmp) / NODEPS_REQUIREMENTS
-            nodeps.write_text(spec_text(NODEPS_REQUIREMENTS))
+            nodeps.write_text(nodeps_text)
             pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *self.pip_args]
             self._run([*pip, "-r", str(req)], "install the pinned requirements")
             self._run([*pip, "--no-deps", "-r", str(nodeps)], "install the --no-deps requirements")
@@ -124,17 +145,21 @@ class SharedEnvironment:
             capture_output=True,
             text=True,
         ).stdout.strip()
+        main_text, nodeps_text = pinned_texts(self.pins)
         return {
             "kind": "shared-cpu-venv",
             "digest": self.digest,
             "python_version": version,
             "platform": platform.platform(),
             "packages": packages,
-            "requirements": spec_text(REQUIREMENTS).splitlines(),
-            "requirements_nodeps": spec_text(NODEPS_REQUIREMENTS).splitlines(),
+            "requirements": main_text.splitlines(),
+            "requirements_nodeps": nodeps_text.splitlines(),
+            "pins": list(self.pins),
             "stubs": list(stubs.STUBBED),
         }
 
     def document(self) -> dict[str, Any]:
         """``environment.json``: :meth:`describe` where the environment is built here, else its digest."""
-        return self.describe() if self.ready else {"digest": self.digest, "note": "environment not built locally"}
+        if not self.ready:
+            return {"digest": self.digest, "pins": list(self.pins), "note": "environment not built locally"}
+        return self.describe()

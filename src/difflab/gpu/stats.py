@@ -12,9 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from difflab.extras import require
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_SEED = 20261026
 DEFAULT_RESAMPLES = 10_000
@@ -77,7 +81,12 @@ class Comparison:
         return data
 
 
+def _numpy() -> ModuleType:
+    return require("numpy", "the A/B statistics (bootstrap intervals)")
+
+
 def _checked(name: str, values: Sequence[float]) -> np.ndarray:
+    np = _numpy()
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(f"{name}: need at least two samples, got {arr.size}")
@@ -95,6 +104,7 @@ def bootstrap_rel_diff_ci(
     seed: int = DEFAULT_SEED,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``mean(head)/mean(base) - 1``, each side resampled on its own."""
+    np = _numpy()
     b, h = _checked("base", base), _checked("head", head)
     if np.any(b <= 0) or np.any(h < 0):
         raise ValueError("relative difference needs positive base samples and non-negative head samples")
@@ -109,8 +119,8 @@ def bootstrap_rel_diff_ci(
 
 def mann_whitney_p(base: Sequence[float], head: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value (exact for small tie-free samples, as scipy decides)."""
-    from scipy.stats import mannwhitneyu
-
+    mannwhitneyu = require("scipy.stats", "the A/B statistics (Mann-Whitney U)").mannwhitneyu
+    np = _numpy()
     b, h = _checked("base", base), _checked("head", head)
     if np.all(b == b[0]) and np.all(h == b[0]):
         return 1.0  # every value tied: no evidence of any difference

@@ -10,6 +10,18 @@ from difflab.matrix.model import (
     ProbeSpec,
     ReleasePin,
     SidePin,
+    UpstreamTestFile,
 )
 
-__all__ = ["CommitPin", "Fix", "Hunk", "Matrix", "Mutation", "ProbeSpec", "ReleasePin", "SidePin", "load_matrix"]
+__all__ = [
+    "CommitPin",
+    "Fix",
+    "Hunk",
+    "Matrix",
+    "Mutation",
+    "ProbeSpec",
+    "ReleasePin",
+    "SidePin",
+    "UpstreamTestFile",
+    "load_matrix",
+]

@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from difflab.errors import ConfigError
-from difflab.matrix.model import CommitPin, Fix, Hunk, Matrix, Mutation, ProbeSpec, ReleasePin, SidePin
+from difflab.matrix.model import (
+    CommitPin,
+    Fix,
+    Hunk,
+    Matrix,
+    Mutation,
+    ProbeSpec,
+    ReleasePin,
+    SidePin,
+    UpstreamTestFile,
+)
 
 SCHEMA = 2
 SCHEMAS = (1, 2)  # 1: before hunks and measurement channels; still read, so old bundles reproduce
@@ -73,8 +83,8 @@ def _release(w: _Where, version: str, raw: Any) -> ReleasePin:
     assert file is not None and sha is not None
     if not _SHA256.fullmatch(sha):
         raise w.fail(f"{where}.sha256", "expected 64 lowercase hex digits")
-    if not file.endswith(".whl") or f"-{version}-" not in file:
-        raise w.fail(f"{where}.file", f"expected a wheel file name for version {version}")
+    if not file.endswith(".whl") or not file.startswith(f"sglang-{version}-"):
+        raise w.fail(f"{where}.file", f"expected the sglang wheel of version {version} (sglang-{version}-...whl)")
     return ReleasePin(version=version, file=file, sha256=sha)
 
 
@@ -267,9 +277,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         if not isinstance(confirmed, bool):
             raise w.fail(f"{where}.commits.{side}.confirmed", "expected true or false")
         commits[side] = CommitPin(sha=str(sha), confirmed=confirmed)
-    tests = table.get("upstream_tests", [])
-    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-        raise w.fail(f"{where}.upstream_tests", "expected a list of paths")
+    tests = _upstream_tests(w, f"{where}.upstream_tests", table.get("upstream_tests", []))
     probes_raw = table.get("probes", [])
     if not isinstance(probes_raw, list):
         raise w.fail(f"{where}.probes", "expected an array of tables ([[fixes.probes]])")
@@ -310,11 +318,36 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         base=base,
         head=head,
         commits=commits,
-        upstream_tests=tuple(tests),
+        upstream_tests=tests,
         probes=probes,
         mutations=mutations,
         hunks=tuple(hunk_list),
     )
+
+
+def _upstream_tests(w: _Where, where: str, value: Any) -> tuple[UpstreamTestFile, ...]:
+    """``["test/...py", {file = "test/...py", own = ["Class::test_x"]}]``: paths under SGLang's repository."""
+    if not isinstance(value, list):
+        raise w.fail(where, "expected a list of test files (paths, or tables with file and own)")
+    out: list[UpstreamTestFile] = []
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        table = {"file": entry} if isinstance(entry, str) else _table(w, at, entry)
+        unknown = set(table) - {"file", "own"}
+        if unknown:
+            raise w.fail(at, f"unknown key(s) {sorted(unknown)} (known: file, own)")
+        path = _str(w, f"{at}.file", table.get("file"))
+        assert path is not None
+        parts = path.split("/")
+        if path.startswith("/") or "\\" in path or ".." in parts or not path.endswith(".py"):
+            raise w.fail(f"{at}.file", f"{path!r} is not a relative path to a .py file inside SGLang's repository")
+        own = table.get("own", [])
+        if not isinstance(own, list) or not all(isinstance(o, str) and o.strip() for o in own):
+            raise w.fail(f"{at}.own", "expected a list of test ids (Class::test_method or a test function's name)")
+        if path in (t.file for t in out):
+            raise w.fail(at, f"{path} is listed twice")
+        out.append(UpstreamTestFile(path, tuple(own)))
+    return tuple(out)
 
 
 def load_matrix(path: Path | str) -> Matrix:

@@ -89,6 +89,18 @@ class Mutation:
 
 
 @dataclass(frozen=True)
+class UpstreamTestFile:
+    """One of SGLang's test files for the fix (a path under its repository), and which of its tests are the fix's own.
+
+    ``own`` holds ids within the file (``Class::test_method`` or a pytest function's name):
+    the tests that assert the fix's behaviour, as opposed to controls and unrelated tests.
+    """
+
+    file: str
+    own: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Fix:
     """One fix (or one part of a fix) and how to judge it."""
 
@@ -101,7 +113,7 @@ class Fix:
     part: str | None = None
     note: str | None = None
     commits: dict[str, CommitPin] = field(default_factory=dict)
-    upstream_tests: tuple[str, ...] = ()
+    upstream_tests: tuple[UpstreamTestFile, ...] = ()
     mutations: tuple[Mutation, ...] = ()
     hunks: tuple[Hunk, ...] = ()
 

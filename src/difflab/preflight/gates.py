@@ -21,8 +21,8 @@ from typing import Any
 from difflab.engine import names
 from difflab.engine.client import EngineClient
 from difflab.engine.facts import EngineFacts, Fact
-from difflab.observation import SCHEMA_VERSION
 
+REPORT_SCHEMA = 1
 ROLES = ("prefill", "decode")
 PASSING = ("pass", "not-applicable")
 
@@ -63,7 +63,7 @@ class PreflightReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA_VERSION,
+            "schema": REPORT_SCHEMA,
             "ok": self.ok,
             "failing": self.failing,
             "gates": [asdict(g) for g in self.gates],

@@ -10,5 +10,6 @@ JSON lines, and imports from them only constants and types.
 - ``hub``, ``source_server``, ``process``: the warm back end's hub → server → probe fork
   tree (``python -m difflab.probe.hub``) and the fd/signal plumbing under it;
 - ``stubs``: stand-ins for the GPU-only packages SGLang imports;
-- ``upstream_child``: SGLang's own unittest files, for the upstream-test replay.
+- ``upstream_child``: SGLang's own test files, for the upstream-test replay (``upstream_facts``:
+  what a failure says about itself; ``upstream_pytest``: the plugin for pytest-style files).
 """

@@ -1,10 +1,13 @@
 """Entry point that runs one probe module inside the shared SGLang environment.
 
-``python -m difflab.probe.child PROBE_FILE OUT_JSON``
+``python -m difflab.probe.child PROBE_FILE OUT_JSON [TIMEOUT_S]``
 
-The materialised SGLang source is already on ``PYTHONPATH``. The child
-installs the GPU-package stubs, imports the probe, calls ``observe(kit)``
-and writes a raw result as JSON (atomically). A raised exception, a missing
+The materialised SGLang source is already on ``PYTHONPATH``. This process
+supervises (:func:`difflab.probe.process.supervise`): it forks the probe
+process into a session of its own, which installs the GPU-package stubs,
+imports the probe, calls ``observe(kit)`` and writes a raw result as JSON
+(atomically); at the timeout, or when the probe ends, its session and
+anything that escaped it are killed. A raised exception, a missing
 fake attribute, an exception swallowed by SGLang or an unexpected logged
 error turns the result into ``status = "error"`` with the reason; the parent
 turns a crash or hang into an error of its own.
@@ -17,13 +20,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from difflab.probe import stubs
+from difflab.probe import process, stubs
 from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
 
 
@@ -95,17 +99,32 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m difflab.probe.child PROBE_FILE OUT_JSON", file=sys.stderr)
+    """Supervise one probe process: it runs in a session of its own, and nothing it starts outlives it.
+
+    The outcome (exit code or signal, timed out, strays ended) goes to ``OUT_JSON.ended.json``.
+    """
+    if len(argv) not in (2, 3):
+        print("usage: python -m difflab.probe.child PROBE_FILE OUT_JSON [TIMEOUT_S]", file=sys.stderr)
         return 2
-    stubs.install()
     probe, out = Path(argv[0]), Path(argv[1])
-    result = run_probe(probe)
-    write_atomic(out, result)
+    timeout_s = float(argv[2]) if len(argv) == 3 else None
+    process.die_with_parent(signal.SIGTERM)  # the lab went: end the probe and what it started
+
+    def run() -> None:
+        stubs.install()
+        write_atomic(out, run_probe(probe))
+
+    ended = process.supervise(run, timeout_s)
+    write_atomic(ended_path(out), ended.to_dict())
     sys.stdout.flush()
     sys.stderr.flush()
-    # Interpreter teardown with torch loaded costs ~1.5 s and proves nothing.
-    os._exit(0)
+    # The probe's own exit status, as a shell reports it (a container's exit code is this one's).
+    os._exit(ended.exit if ended.exit is not None else 128 + (ended.signal or 0))
+
+
+def ended_path(out: Path) -> Path:
+    """Where the supervisor says how the probe process ended (beside its result)."""
+    return out.with_name(out.name + ".ended.json")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ class Hub:
     servers: dict[str, Handle] = field(default_factory=dict)
 
     def serve(self) -> None:
+        process.become_subreaper()  # probes of a server that died come back here, and are ended
         watch = process.ChildWatch()
         inbox = process.Lines(0)
         while True:
@@ -91,8 +92,11 @@ class Hub:
             if inbox.fd in readable:
                 for msg in inbox.read():
                     self.request(msg, watch)
-            for pid, status in process.exited():
+            ended = process.exited()
+            for pid, status in ended:
                 self.server_ended(pid, status)
+            if ended:
+                process.end_strays(keep={h.pid for h in self.servers.values()})
             now = time.monotonic()
             for handle in list(self.servers.values()):
                 if handle.deadline is not None and now >= handle.deadline:
@@ -102,6 +106,7 @@ class Hub:
             if inbox.eof:
                 for handle in self.servers.values():
                     self.kill_server(handle)
+                process.end_strays()
                 os._exit(0)
 
     def request(self, msg: dict[str, Any], watch: process.ChildWatch) -> None:

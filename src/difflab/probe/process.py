@@ -1,19 +1,32 @@
-"""Process plumbing for the warm back end, inside the shared environment (standard library only).
+"""Process plumbing for the probe processes, inside the shared environment (standard library only).
 
 Non-blocking JSON lines over pipes, SIGCHLD through a self-pipe so one ``select`` waits for
 input and exits alike, reaping, process-group kills, output redirection, preloading and a
 fork that flushes first. The hub and the source servers are built from these pieces.
+
+Nothing a probe starts may outlive it. Every probe process runs in its own session (so its
+process group can be killed as one), and every process that starts probes, and every probe, is
+a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): a descendant that escapes into a
+session of its own (``setsid``, a double fork) is re-parented to it when its parent ends
+instead of to init, and :func:`end_strays` finds and kills it. Where subreapers are not
+available only the process group is killed; the Docker back end remains the hermetic option.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import dataclasses
 import gc
 import importlib
 import json
 import os
+import select
 import signal
 import sys
+import time
 import traceback
+from collections.abc import Callable, Collection
 from typing import Any
 
 EXIT_CRASH = 70
@@ -108,13 +121,172 @@ def exited(before_reap: Any = None) -> list[tuple[int, int]]:
 
 
 def kill_group(pid: int) -> None:
-    """The process and anything it started (a probe runs in its own process group)."""
+    """The process and anything it started in its group (a probe leads a session, and so a group, of its own).
+
+    ``pid`` must not have been reaped yet (else it may name someone else by now); for a reaped
+    session leader use :func:`kill_leftover_group`.
+    """
     for kill in (os.killpg, os.kill):
         try:
             kill(pid, signal.SIGKILL)
             return
         except (ProcessLookupError, PermissionError):
             continue
+
+
+def kill_leftover_group(pgid: int) -> None:
+    """What is left of a group whose leader is gone: safe, since Linux reuses no id a live group still has."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants come back to this process (not init), where :func:`end_strays` ends them."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Receive ``sig`` when the process (thread) that started this one ends, however it ends."""
+    return _prctl(PR_SET_PDEATHSIG, sig)
+
+
+def children() -> list[int]:
+    """The live (or zombie) children of this process, from /proc."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return []
+    listed = False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as fh:
+                found.update(int(pid) for pid in fh.read().split())
+            listed = True
+        except (OSError, ValueError):
+            continue
+    if listed:
+        return sorted(found)
+    for entry in os.listdir("/proc"):  # kernels without /proc/<pid>/task/<tid>/children
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == me:
+                found.add(int(entry))
+    return sorted(found)
+
+
+def end_strays(keep: Collection[int] = (), deadline_s: float = 5.0) -> int:
+    """Kill and reap every child of this process not in ``keep``, and whatever those leave behind.
+
+    As a subreaper this process inherits the orphans of what it kills, so it keeps going until
+    no stray is left (or ``deadline_s`` passes). Returns how many processes it ended.
+    """
+    ended = 0
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        strays = [pid for pid in children() if pid not in keep]
+        if not strays:
+            break
+        for pid in strays:
+            kill_group(pid)
+        for pid in strays:
+            while time.monotonic() < deadline:
+                try:
+                    done, _status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere, or never ours
+                    break
+                if done:
+                    ended += 1
+                    break
+                time.sleep(0.005)
+    return ended
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a supervised probe process ended."""
+
+    exit: int | None
+    signal: int | None
+    timed_out: bool
+    strays: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def supervise(run: Callable[[], None], timeout_s: float | None) -> Ended:
+    """Run ``run`` in a forked probe process of its own session; end it at ``timeout_s``; end what it left.
+
+    The supervisor (this process) is a subreaper, so what the probe leaves in other sessions comes
+    back here and dies with it. SIGTERM or SIGINT to the supervisor (the lab giving up, Ctrl-C)
+    ends the probe and everything it started before the supervisor goes.
+    """
+    become_subreaper()
+    watch = ChildWatch()
+    stop = {"signal": 0}
+
+    def stopping(signum: int, _frame: Any) -> None:
+        stop["signal"] = signum
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stopping)
+    pid = fork_child()
+    if pid == 0:
+        code = EXIT_CRASH
+        try:
+            watch.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            os.setsid()
+            die_with_parent()
+            become_subreaper()
+            run()
+            code = 0
+        except BaseException:  # noqa: B036 - report anything, then leave
+            traceback.print_exc()
+        finally:
+            end_strays()
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    status, timed_out = None, False
+    while status is None:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with contextlib.suppress(InterruptedError):
+            select.select([watch.rfd], [], [], left)
+        watch.drain()
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = wait_status
+        elif stop["signal"] or (deadline is not None and time.monotonic() >= deadline):
+            timed_out = not stop["signal"]
+            kill_group(pid)
+            _, status = os.waitpid(pid, 0)
+    kill_leftover_group(pid)  # the probe's session may outlive its leader
+    strays = end_strays()
+    watch.close()
+    code = os.waitstatus_to_exitcode(status)
+    return Ended(code if code >= 0 else None, -code if code < 0 else None, timed_out, strays)
 
 
 def redirect_output(path: str) -> None:

@@ -25,6 +25,9 @@ from difflab.probe.process import (
     EXIT_CRASH,
     ChildWatch,
     Lines,
+    become_subreaper,
+    die_with_parent,
+    end_strays,
     exited,
     fork_child,
     kill_group,
@@ -49,7 +52,9 @@ def probe_main(req: dict[str, Any], import_log: str | None, close_fds: list[int]
     """In the forked probe process: never returns."""
     code = EXIT_CRASH
     try:
-        os.setpgid(0, 0)
+        os.setsid()  # a session (and group) of its own: killed as one at its deadline
+        die_with_parent()
+        become_subreaper()  # what it daemonises comes back to it, and dies when it ends
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
@@ -68,6 +73,7 @@ def probe_main(req: dict[str, Any], import_log: str | None, close_fds: list[int]
         traceback.print_exc()
     finally:
         try:
+            end_strays()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -100,6 +106,7 @@ class SourceServer:
 
     def serve(self) -> None:
         redirect_output(self.log)
+        become_subreaper()  # a probe's escaped descendants come back here when it ends
         started, cpu = time.perf_counter(), time.process_time()
         sys.path.insert(1, self.root)
         child_path = os.environ.get("PYTHONPATH", "")
@@ -137,8 +144,11 @@ class SourceServer:
             readable, _, _ = select.select([inbox.fd, watch.rfd], [], [], timeout)
             if watch.rfd in readable:
                 watch.drain()
-            for pid, status in exited(before_reap=self.end_group):
+            ended = exited(before_reap=self.end_group)
+            for pid, status in ended:
                 self.finished(pid, status)
+            if ended:
+                end_strays(keep=self.running)  # what the probes that ended left behind
             for msg in inbox.read() if inbox.fd in readable else []:
                 if msg.get("op") == "run":
                     self.start(msg, watch)
@@ -152,6 +162,7 @@ class SourceServer:
             if inbox.eof:
                 for r in self.running.values():
                     kill_group(r.pid)
+                end_strays()
                 write_line(self.outbox, {"event": "closed", "server": self.name})
                 os._exit(0)
 
@@ -184,8 +195,6 @@ class SourceServer:
         pid = fork_child()
         if pid == 0:
             probe_main(req, self.log, [self.inbox, self.outbox, watch.rfd, watch.wfd])
-        with contextlib.suppress(OSError):  # the child does it too; whoever runs first wins the race
-            os.setpgid(pid, pid)
         now = time.monotonic()
         self.running[pid] = Running(req["job"], pid, now + float(req.get("timeout_s") or 180.0), now)
         write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})

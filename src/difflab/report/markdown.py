@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from difflab.diff.verdict import FixVerdict
+from difflab.diff.verdict import FixVerdict, ProbeDiff
 
 ICON = {
     "confirmed": "✅",
@@ -40,7 +40,10 @@ def _row(cells: Sequence[object]) -> str:
     return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
 
 
-def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> str:
+def render_summary(
+    verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> str:
+    """The verdict table, each probe's fields, then ``appendix`` (lines other steps contribute, e.g. upstream tests)."""
     rows = [
         (
             f"{v.fix}{f' ({v.part})' if v.part else ''}",
@@ -70,9 +73,27 @@ def render_summary(verdicts: list[FixVerdict], title: str = "SGLang fix verifica
                 for f in p.fields
             ]
             headers = ("field", "kind", "base", "head", "declared base → head", "")
-            lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), "", *table(headers, fields)]
-    return "\n".join(lines) + "\n"
+            lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), ""]
+            lines += [f"- {line}" for line in forced_lines(p)]
+            lines += ["", *table(headers, fields)] if forced_lines(p) else table(headers, fields)
+    lines += list(appendix)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_summary(path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification") -> None:
-    path.write_text(render_summary(verdicts, title))
+def forced_lines(probe: ProbeDiff) -> list[str]:
+    """Switches the probe forced on each side, with that build's own default (an operator must read them)."""
+    out = []
+    for side, obs in (("base", probe.base), ("head", probe.head)):
+        for entry in (obs.forced if obs else None) or []:
+            env = ", ".join(entry.get("env") or []) or "no environment variable"
+            out.append(
+                f"{side}: `{cell(entry.get('attribute'))}` forced to {entry.get('value')!r}; "
+                f"this build's default is {entry.get('build_default')!r} ({cell(env)})"
+            )
+    return out
+
+
+def write_summary(
+    path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
+) -> None:
+    path.write_text(render_summary(verdicts, title, appendix))

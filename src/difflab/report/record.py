@@ -52,6 +52,15 @@ def copy_matrix(folder: Path, matrix_path: Path) -> None:
     shutil.copyfile(matrix_path, folder / MATRIX)
 
 
+def is_run_folder(folder: Path) -> bool:
+    """A folder some command of this tool wrote: its run.json says so (``--force`` may replace it)."""
+    try:
+        document = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("tool") == TOOL
+
+
 def matrix_reference(path: Path, sha256: str) -> dict[str, str]:
     return {"path": os.path.relpath(path, repo_root()) if path.is_absolute() else str(path), "sha256": sha256}
 

@@ -3,7 +3,8 @@
 All answer :class:`~difflab.runner.base.Runner`. Each back end is a class that declares its
 ``name`` (the ``--backend`` value), whether the result cache may answer for it
 (``result_cache``) and whether it runs probes in the local shared environment
-(``local_environment``); :data:`RUNNERS` lists them. A new back end is a new module here
+(``local_environment``) and whether it may run code nobody vouched for (``hermetic``: no
+network, nothing of the host writable but its output); :data:`RUNNERS` lists them. A new back end is a new module here
 and one entry in that tuple, nothing else.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -117,6 +118,22 @@ def write_log(job: ProbeJob, log: str) -> None:
     if job.log_path is not None:
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         job.log_path.write_text(log)
+
+
+def death_cause(exit_code: int | None, signal_number: int | None = None) -> str:
+    """How a probe process ended, in the same words whichever back end ran it.
+
+    ``exit_code`` may be a subprocess return code (negative: killed by that signal).
+    """
+    if signal_number is None and exit_code is not None and exit_code < 0:
+        signal_number = -exit_code
+    if signal_number:
+        try:
+            name = signal.Signals(signal_number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {signal_number} ({name})"
+    return f"exit {exit_code}"
 
 
 def collect_result(job: ProbeJob, runner: str, out: Path, death: str, log: str, wall_s: float) -> Observation:

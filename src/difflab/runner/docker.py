@@ -73,6 +73,8 @@ class DockerRunner:
     """Every container run is fresh evidence: no result is replayed from the cache."""
     local_environment: ClassVar[bool] = False
     """Probes run in the image; the image build makes the environment itself when it needs one."""
+    hermetic: ClassVar[bool] = True
+    """No network, the source read-only, the probe's processes gone with its container: fit for untrusted code."""
 
     def __post_init__(self) -> None:
         self._client: Any = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from difflab.errors import ConfigError
 from difflab.matrix.model import Fix
 from difflab.observation import Observation
 from difflab.paths import probes_dir
@@ -28,6 +29,20 @@ def observation_logs(work: Path) -> LogDir:
     return lambda fix, side: work / "observations" / fix / side
 
 
+def check_probe_files(fixes: list[Fix], matrix_path: Path | str, probe_dir: Path | None = None) -> None:
+    """Every probe the matrix names has its file; a missing one is the matrix's error (exit 2), found early."""
+    pdir = probe_dir or probes_dir()
+    for fix in fixes:
+        for index, spec in enumerate(fix.probes):
+            if not (pdir / f"{spec.name}.py").is_file():
+                raise _no_probe_file(fix, index, pdir / f"{spec.name}.py", matrix_path)
+
+
+def _no_probe_file(fix: Fix, index: int, probe_file: Path, matrix_path: Path | str = "matrix") -> ConfigError:
+    name = fix.probes[index].name
+    return ConfigError(f"{matrix_path}: fix {fix.id!r}.probes[{index}].name: probe {name!r} has no file {probe_file}")
+
+
 def build_jobs(
     fixes: list[Fix],
     sources: Sources,
@@ -36,7 +51,8 @@ def build_jobs(
     probe_dir: Path | None = None,
 ) -> tuple[list[ProbeJob], list[Observation]]:
     """One job per fix x side x probe (sides in the order ``sources`` lists them), plus the
-    observations already known: an unavailable side, a probe file that does not exist."""
+    observations already known: an unavailable side. A probe without a file is a configuration
+    error (:func:`check_probe_files` finds it earlier, naming the matrix)."""
     pdir = probe_dir or probes_dir()
     jobs: list[ProbeJob] = []
     known: list[Observation] = []
@@ -44,14 +60,12 @@ def build_jobs(
         for (fix_id, side), src in sources.items():
             if fix_id != fix.id:
                 continue
-            for spec in fix.probes:
+            for index, spec in enumerate(fix.probes):
+                probe_file = pdir / f"{spec.name}.py"
+                if not probe_file.is_file():
+                    raise _no_probe_file(fix, index, probe_file)
                 if isinstance(src, str):
                     known.append(Observation.unavailable(fix.id, spec.name, side, src))
-                    continue
-                probe_file = pdir / f"{spec.name}.py"
-                if not probe_file.exists():
-                    error = f"probe file {probe_file} does not exist"
-                    known.append(Observation(fix.id, spec.name, side, dict(src.identity), "error", error=error))
                     continue
                 log_path = logs(fix.id, side) / f"{spec.name}.log" if logs else None
                 jobs.append(ProbeJob(fix.id, spec.name, side, src, probe_file, log_path, timeout_s))

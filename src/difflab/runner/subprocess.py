@@ -3,11 +3,14 @@
 The simplest back end and the reference the others are compared with: each
 probe pays the full SGLang import (~5-9 s) but shares nothing with any other
 probe. A crash, a hang (killed at the timeout) or an unreadable result
-becomes an ``error`` observation with the log; the run goes on.
+becomes an ``error`` observation with the log; the run goes on. The child
+supervises its probe process (its own session, a subreaper, killed at the
+timeout with everything it started: :func:`difflab.probe.process.supervise`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -20,8 +23,18 @@ from typing import Any, ClassVar
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
 from difflab.paths import cache_root
+from difflab.probe.child import ended_path
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, fan_out, tail, write_log
+from difflab.runner.base import (
+    ProbeJob,
+    Progress,
+    collect_result,
+    death_cause,
+    error_observation,
+    fan_out,
+    tail,
+    write_log,
+)
 
 PROCESS_MEMORY_BYTES = 700 * 1024 * 1024
 """Peak RSS of one probe process with SGLang imported (measured ~500 MB, with headroom)."""
@@ -63,6 +76,7 @@ class SubprocessRunner:
     name: str = "subprocess"
     result_cache: ClassVar[bool] = True
     local_environment: ClassVar[bool] = True
+    hermetic: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}
@@ -74,34 +88,63 @@ class SubprocessRunner:
     def run_one(self, job: ProbeJob, child_root: Path) -> Observation:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="difflab-probe-") as tmp:
-            out = Path(tmp) / "result.json"
-            cmd = [str(self.environment.python), "-m", "difflab.probe.child", str(job.probe_file), str(out)]
-            try:
-                proc = subprocess.run(
+            out, log_file = Path(tmp) / "result.json", Path(tmp) / "probe.log"
+            cmd = [
+                str(self.environment.python),
+                "-m",
+                "difflab.probe.child",
+                str(job.probe_file),
+                str(out),
+                str(job.timeout_s),
+            ]
+            # Output goes to a file, not a pipe: a background process holding the pipe open would
+            # otherwise keep this wait going until the timeout.
+            with log_file.open("wb") as log_handle:
+                proc = subprocess.Popen(
                     cmd,
                     env=probe_env(job.source.root, child_root, self.cache),
                     cwd=tmp,
-                    capture_output=True,
-                    text=True,
-                    timeout=job.timeout_s,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_handle,
+                    stderr=subprocess.STDOUT,
                 )
-                log, code = (proc.stdout or "") + (proc.stderr or ""), proc.returncode
-            except subprocess.TimeoutExpired as exc:
-                log = _text(exc.stdout) + _text(exc.stderr)
-                write_log(job, log)
-                return error_observation(
-                    job,
-                    self.name,
-                    f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}",
-                    time.perf_counter() - started,
-                )
+                stuck = False
+                try:
+                    proc.wait(timeout=job.timeout_s + SUPERVISOR_GRACE_S)
+                except subprocess.TimeoutExpired:  # the supervisor itself is stuck: end it and its probe
+                    stuck = True
+                    _stop(proc)
+                except BaseException:
+                    _stop(proc)
+                    raise
+            log = log_file.read_text(errors="replace")
             write_log(job, log)
-            return collect_result(
-                job, self.name, out, f"probe process died (exit {code})", log, time.perf_counter() - started
-            )
+            wall = time.perf_counter() - started
+            ended = _ended(ended_path(out))
+            if stuck or ended.get("timed_out"):
+                hung = f"probe hung: killed after {job.timeout_s:.0f} s\n{tail(log)}"
+                return error_observation(job, self.name, hung, wall)
+            how = death_cause(ended.get("exit"), ended.get("signal")) if ended else death_cause(proc.returncode)
+            return collect_result(job, self.name, out, f"probe process died ({how})", log, wall)
 
 
-def _text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
+SUPERVISOR_GRACE_S = 15.0
+"""The supervisor enforces the probe's timeout itself; this much later the lab stops waiting for it."""
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Ask the supervisor to end its probe (SIGTERM), then make sure it is gone."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _ended(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

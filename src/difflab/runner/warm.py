@@ -39,7 +39,7 @@ from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD
 from difflab.probe.source_server import SERVER_PRELOAD
 from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, tail
+from difflab.runner.base import ProbeJob, Progress, collect_result, death_cause, error_observation, tail
 from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
 
 START_TIMEOUT_S = 600.0
@@ -193,6 +193,7 @@ class WarmRunner:
     """What the runs so far cost: hub and server imports, per-probe fork-to-exit wall time, fallbacks."""
     result_cache: ClassVar[bool] = True
     local_environment: ClassVar[bool] = True
+    hermetic: ClassVar[bool] = False
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
 
@@ -225,7 +226,8 @@ class WarmRunner:
         if not jobs:
             return []
         child_root = childlib.stage(self.cache)
-        fallback: list[int] = []
+        fallback: dict[int, str] = {}
+        """Job index -> why the warm path could not run it (each such job runs again in a fresh process)."""
         work = Path(tempfile.mkdtemp(prefix="difflab-warm-run-"))
         try:
             try:
@@ -234,13 +236,12 @@ class WarmRunner:
             except WarmUnavailable as exc:
                 self.close()
                 left = [i for i, r in enumerate(results) if r is None and i not in fallback]
-                self._note_fallback(f"warm runner unavailable: {exc}", left)
-                fallback += left
+                self._note_fallback(f"warm runner unavailable: {exc}", left, fallback)
             except BaseException:
                 self.close()  # servers of an interrupted run must not outlive it
                 raise
             if fallback:
-                self._run_fallback(jobs, sorted(set(fallback)), results, on_done)
+                self._run_fallback(jobs, fallback, results, on_done)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return [r for r in results if r is not None]
@@ -300,7 +301,7 @@ class WarmRunner:
         hub: _Hub,
         jobs: Sequence[ProbeJob],
         results: list[Observation | None],
-        fallback: list[int],
+        fallback: dict[int, str],
         on_done: Progress | None,
         work: Path,
     ) -> None:
@@ -322,8 +323,7 @@ class WarmRunner:
             nonlocal running
             idx = [*server.running, *server.pending]
             running -= len(server.running)
-            self._note_fallback(f"server {server.name}: {reason}", idx)
-            fallback.extend(idx)
+            self._note_fallback(f"server {server.name}: {reason}", idx, fallback)
             servers.pop(server.name, None)
 
         while waiting or servers:
@@ -373,8 +373,7 @@ class WarmRunner:
                 server.running.discard(i)
                 running -= 1
                 if event.get("unsafe"):
-                    self._note_fallback(f"server {server.name}: {event['unsafe']}", [i])
-                    fallback.append(i)
+                    self._note_fallback(f"server {server.name}: {event['unsafe']}", [i], fallback)
                     continue
                 self.stats["probe_wall_s"].append(event.get("wall_s"))
                 finish(i, self._observation(jobs[i], event, work / f"j{i}"))
@@ -407,22 +406,28 @@ class WarmRunner:
 
         if event.get("timed_out"):
             return error_observation(job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{log()}", wall)
-        how = f"signal {event['signal']}" if event.get("signal") else f"exit {event.get('exit')}"
+        how = death_cause(event.get("exit"), event.get("signal"))
         return collect_result(job, self.name, folder / "result.json", f"probe process died ({how})", log(), wall)
 
     # -- the way out -----------------------------------------------------------------
-    def _note_fallback(self, reason: str, idx: list[int]) -> None:
+    def _note_fallback(self, reason: str, idx: list[int], fallback: dict[int, str]) -> None:
+        first = reason.splitlines()[0] if reason else "the warm path could not run it"
         if idx:
-            self.stats["fallbacks"].append({"reason": reason.splitlines()[0] if reason else "", "jobs": len(idx)})
+            self.stats["fallbacks"].append({"reason": first, "jobs": len(idx)})
+        for i in idx:
+            fallback.setdefault(i, first)
 
     def _run_fallback(
         self,
         jobs: Sequence[ProbeJob],
-        idx: list[int],
+        fallback: dict[int, str],
         results: list[Observation | None],
         on_done: Progress | None,
     ) -> None:
-        """Fresh processes for what the warm path could not run (``runner = "subprocess"`` says so)."""
+        """Fresh processes for what the warm path could not run: ``runner = "subprocess"`` and the
+        observation's ``runner_fallback`` say so, and why."""
+        idx = sorted(fallback)
         runner = SubprocessRunner(environment=self.environment, workers=self.parallel, cache=self.cache)
         for i, obs in zip(idx, runner.run([jobs[i] for i in idx], on_done), strict=True):
+            obs.runner_fallback = f"{self.name}: {fallback[i]}"
             results[i] = obs

@@ -9,6 +9,8 @@ commits with identical trees share cached results (digest ``git-tree:``).
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,8 @@ class GitSource:
     cache: Path | None = None
     with_tests: bool = False
     kind: str = "git"
+    say: Callable[[str], None] = lambda message: print(f"difflab: {message}", file=sys.stderr, flush=True)
+    """Where a worktree found changed (and checked out again) is reported."""
 
     def __post_init__(self) -> None:
         self.repo = normalise_repo(self.repo or default_repo())
@@ -54,7 +58,7 @@ class GitSource:
     def rev(self, rev: str, what: str | None = None) -> MaterialisedSource:
         """Any revision (SHA, short SHA, branch, tag) of the repository, checked out."""
         sha = self.mirror.commit(rev, what=what)
-        wt = checkout(self.mirror, sha, with_tests=self.with_tests)
+        wt = checkout(self.mirror, sha, with_tests=self.with_tests, say=self.say)
         root = wt.path / "python"
         if not (root / "sglang" / "__init__.py").is_file():
             raise SourceError(f"git repository {self.repo}: commit {sha} has no python/sglang package")

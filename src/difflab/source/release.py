@@ -15,7 +15,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
@@ -24,6 +25,7 @@ from difflab.errors import ConfigError, SourceError
 from difflab.files.atomic import atomic_folder
 from difflab.matrix.model import Fix, Matrix, ReleasePin, SidePin
 from difflab.paths import cache_root
+from difflab.source import tree
 from difflab.source.base import MaterialisedSource
 
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$")
@@ -37,6 +39,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stderr(message: str) -> None:
+    print(f"difflab: {message}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class ReleaseSource:
     """Materialises ``[releases."X.Y.Z"]`` pins into ``$DIFFLAB_CACHE/sources/release``."""
@@ -44,6 +50,10 @@ class ReleaseSource:
     releases: dict[str, ReleasePin]
     cache: Path | None = None
     kind: str = "release"
+    say: Callable[[str], None] = _stderr
+    """Where a repaired tree is reported (the cache changed behind the lab's back)."""
+    _checked: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    """Tree digests already checked by this back end (one check per release per run)."""
 
     def __post_init__(self) -> None:
         self.cache = self.cache or cache_root()
@@ -65,24 +75,67 @@ class ReleaseSource:
         return self.release(pin.release)
 
     def release(self, version: str) -> MaterialisedSource:
-        """The unpacked source of one pinned release (downloaded and checked on first use)."""
+        """The unpacked source of one pinned release, checked against its wheel before it is used.
+
+        Downloaded, hash-checked and unpacked on first use; on every later use the tree is
+        compared with what was unpacked (:mod:`difflab.source.tree`) and unpacked again from the
+        verified wheel if anything changed.
+        """
         pin = self.releases.get(version)
         if pin is None:
             raise ConfigError(f"release {version!r} is not pinned in the matrix [releases] table")
         assert self.cache is not None
         target = self.cache / "sources" / "release" / f"{pin.version}-{pin.sha256[:12]}"
-        lock = FileLock(str(target) + ".lock")
-        with lock:
-            if not (target / "sglang" / "__init__.py").exists():
-                wheel = self._wheel(pin)
-                unpack_sglang(wheel, target)
+        digest = self._checked.get(pin.version)
+        if digest is None:
+            with FileLock(str(target) + ".lock"):
+                digest = self._verified_tree(pin, target)
+            self._checked[pin.version] = digest
         return MaterialisedSource(
             label=pin.version,
             kind="release",
             root=target,
-            identity={"kind": "release", "version": pin.version, "file": pin.file, "sha256": pin.sha256},
-            digest=f"sha256:{pin.sha256}",
+            identity={
+                "kind": "release",
+                "version": pin.version,
+                "file": pin.file,
+                "sha256": pin.sha256,
+                "tree_sha256": digest,
+            },
+            digest=f"sha256:{pin.sha256}+tree:{digest}",
         )
+
+    def wheel(self, version: str) -> Path:
+        """The pinned wheel file of one release in the cache (downloaded and checked if absent)."""
+        pin = self.releases.get(version)
+        if pin is None:
+            raise ConfigError(f"release {version!r} is not pinned in the matrix [releases] table")
+        return self._wheel(pin)
+
+    # -- the tree -------------------------------------------------------------------
+    def _verified_tree(self, pin: ReleasePin, target: Path) -> str:
+        """The digest of an intact tree of ``pin``: the cached one if unchanged, else a fresh unpack."""
+        if (target / "sglang" / "__init__.py").exists():
+            result = tree.check(target, pin.sha256)
+            if result is None:  # unpacked before trees had manifests: check every file against the wheel once
+                result = self._adopt(pin, target)
+            if result.intact:
+                return result.digest
+            more = f" and {len(result.changed) - 5} more" if len(result.changed) > 5 else ""
+            self.say(
+                f"release {pin.version}: the cached source {target} no longer matches {pin.file} "
+                f"({', '.join(result.changed[:5])}{more}); unpacking it again from the verified wheel"
+            )
+        return unpack_sglang(self._wheel(pin), target, pin.sha256)
+
+    def _adopt(self, pin: ReleasePin, target: Path) -> tree.TreeCheck:
+        """Check a tree without a manifest against the wheel's RECORD; if intact, give it one."""
+        with zipfile.ZipFile(self._wheel(pin)) as zf:
+            expected = tree.record_hashes(zf, pin.file)
+        changed = tree.compare(target, expected)
+        if changed:
+            return tree.TreeCheck("", tuple(changed))
+        return tree.TreeCheck(tree.record(target, expected, pin.sha256), ())
 
     # -- steps ------------------------------------------------------------------
     def _wheel(self, pin: ReleasePin) -> Path:
@@ -90,8 +143,14 @@ class ReleaseSource:
         wheels = self.cache / "wheels"
         wheels.mkdir(parents=True, exist_ok=True)
         path = wheels / pin.file
-        if path.exists() and sha256_file(path) == pin.sha256:
-            return path
+        if path.exists():
+            actual = sha256_file(path)
+            if actual == pin.sha256:
+                return path
+            raise SourceError(
+                f"release {pin.version}: the cached wheel {path} has sha256 {actual}, but the matrix pins "
+                f"{pin.sha256}: it changed after it was downloaded and checked; delete it to download it again"
+            )
         with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
             downloaded = self._download(pin, Path(tmp))
             actual = sha256_file(downloaded)
@@ -140,11 +199,11 @@ class ReleaseSource:
         return path
 
 
-def unpack_sglang(wheel: Path, target: Path) -> None:
-    """Extract ``sglang/`` only, into a temp sibling renamed into place (never half-written)."""
+def unpack_sglang(wheel: Path, target: Path, wheel_sha256: str) -> str:
+    """Extract ``sglang/`` only, checked against RECORD, into a temp sibling renamed into place.
+
+    The tree is then made read-only and recorded (:func:`difflab.source.tree.record`); returns its digest.
+    """
     with atomic_folder(target) as tmp, zipfile.ZipFile(wheel) as zf:
-        members = [n for n in zf.namelist() if n.startswith("sglang/")]
-        for name in members:
-            if name.startswith("/") or ".." in Path(name).parts:
-                raise SourceError(f"{wheel.name}: unsafe member {name!r}")
-        zf.extractall(tmp, members=members)
+        hashes = tree.extract(zf, wheel.name, tmp)
+    return tree.record(target, hashes, wheel_sha256)

@@ -5,7 +5,11 @@ probe or an upstream test imports, and a blobless mirror then fetches only
 those blobs. The worktree sits in
 ``$DIFFLAB_CACHE/git/worktrees/<mirror>/<sha>[+test]`` and counts as done
 only once its marker file (holding the tree hash) exists beside it, so a
-crash halfway through is redone, never used.
+crash halfway through is redone, never used. Before a finished worktree is
+used again, ``git status`` (which rehashes only files whose stat changed)
+must find it exactly at its commit: a changed, added or deleted file is named
+and the worktree is checked out afresh. Unlike a release tree it stays
+writable (git itself writes there).
 
 Locks: the worktree's own lock around the whole checkout (two runs wanting
 the same commit wait for one checkout), and the mirror's lock only around
@@ -17,6 +21,8 @@ objects atomically, so that needs no mirror lock.
 from __future__ import annotations
 
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +56,28 @@ def _marker(path: Path) -> Path:
     return path.with_name(path.name + ".done")
 
 
-def checkout(mirror: Mirror, sha: str, with_tests: bool = False) -> Worktree:
-    """The sparse worktree of commit ``sha`` (already in the mirror), made on first use."""
+def _stderr(message: str) -> None:
+    print(f"difflab: {message}", file=sys.stderr, flush=True)
+
+
+def changed_files(path: Path) -> list[str]:
+    """Every file of the worktree that is not as its commit has it (modified, added, deleted), named."""
+    wt = git.Git(str(path))
+    try:
+        out = wt.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules")
+    except git.GitCommandError as exc:
+        return [f"(git status failed: {git_error(exc, 1)})"]
+    kinds = {"?": "added", "D": "removed", "A": "added"}
+    found = []
+    for entry in filter(None, out.split("\0")):
+        code, name = entry[:2], entry[3:]
+        kind = next((kinds[c] for c in code if c in kinds), "content differs from the commit")
+        found.append(f"{name} ({kind})")
+    return sorted(found)
+
+
+def checkout(mirror: Mirror, sha: str, with_tests: bool = False, say: Callable[[str], None] = _stderr) -> Worktree:
+    """The sparse worktree of commit ``sha`` (already in the mirror), made on first use, checked on every use."""
     path = worktree_path(mirror, sha, with_tests)
     dirs = sparse_dirs(with_tests)
     tree = mirror.tree_of(sha)
@@ -59,7 +85,11 @@ def checkout(mirror: Mirror, sha: str, with_tests: bool = False) -> Worktree:
     with FileLock(str(path) + ".lock"):
         marker = _marker(path)
         if marker.exists() and marker.read_text().strip() == tree and (path / ".git").exists():
-            return Worktree(path, sha, tree, dirs)
+            changed = changed_files(path)
+            if not changed:
+                return Worktree(path, sha, tree, dirs)
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            say(f"git worktree {path} no longer matches commit {sha} ({shown}); checking it out again")
         marker.unlink(missing_ok=True)
         _discard(mirror, path)
         with mirror.locked() as repo:

@@ -1,5 +1,34 @@
-"""Upstream test replay: a fix's own SGLang unit tests at base and head, as supporting evidence."""
+"""SGLang's own unit tests for each fix, replayed on the sources a workflow judged: a second, independent witness.
 
-from difflab.upstream_tests.replay import FixReplay, replay_fix, replay_run
+``files`` (where test files come from), ``process`` (the test child, one per source),
+``outcomes`` (passed / failed / error / stale / skipped and the change), ``symbols`` (does a
+source define a name: what the fix adds), ``replay`` (plans to results), ``agreement``
+(beside the probes' verdicts), ``witness`` (per workflow), ``report`` (the files written),
+``staging`` (the lab's own pytest for pytest-style files).
+"""
 
-__all__ = ["FixReplay", "replay_fix", "replay_run"]
+from difflab.upstream_tests.files import ENV, tests_dir
+from difflab.upstream_tests.replay import FixReplay
+from difflab.upstream_tests.report import section, write_files
+from difflab.upstream_tests.witness import (
+    agree_on_side,
+    agree_with_run,
+    for_run,
+    for_sources,
+    release_reference,
+    with_flag,
+)
+
+__all__ = [
+    "ENV",
+    "FixReplay",
+    "agree_on_side",
+    "agree_with_run",
+    "for_run",
+    "for_sources",
+    "release_reference",
+    "section",
+    "tests_dir",
+    "with_flag",
+    "write_files",
+]

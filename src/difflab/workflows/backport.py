@@ -9,6 +9,7 @@ backport.json, junit.xml and summary.md, so it can be sealed as a bundle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,14 +18,26 @@ from difflab.backport.report import write_backport_json, write_backport_junit, w
 from difflab.bundle import seal
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
-from difflab.files.atomic import atomic_folder
-from difflab.matrix import load_matrix
+from difflab.files.atomic import check_out, results_folder
+from difflab.matrix import Fix, ReleasePin, load_matrix
 from difflab.paths import repo_root
 from difflab.progress import Reporter
-from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import build_runner, runner_class
+from difflab.runner.jobs import check_probe_files
+from difflab.source.base import MaterialisedSource
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
+from difflab.source.release import ReleaseSource
+from difflab.upstream_tests import (
+    agree_on_side,
+    for_sources,
+    release_reference,
+    section,
+    tests_dir,
+    with_flag,
+    write_files,
+)
 from difflab.workflows.observe import ProbeOptions, observe
 
 SIDE = "fork"
@@ -39,6 +52,8 @@ class BackportRequest(ProbeOptions):
     upstream: str | None = None
     scan_limit: int = DEFAULT_SCAN_LIMIT
     cache: Path | None = None
+    upstream_tests: Path | None = None
+    """A folder laid out like SGLang's repository with the fixes' own tests; the fork's own copy of a file wins."""
 
 
 @dataclass
@@ -52,6 +67,32 @@ def default_out() -> Path:
     return repo_root() / "results" / f"backport-{folder_stamp(utc_now())}"
 
 
+def replay_upstream_tests(
+    work: Path,
+    fixes: list[Fix],
+    fork: MaterialisedSource,
+    releases: dict[str, ReleasePin],
+    verdicts: list[BackportVerdict],
+    env: SharedEnvironment,
+    folder: Path,
+    say: Callable[[str], None],
+) -> list[str]:
+    """SGLang's own tests of each fix on the fork (its own copies first), beside each verdict; the Markdown section."""
+    backend = ReleaseSource(releases)
+    references = {fix.id: release_reference(fix, backend) for fix in fixes}
+    replays = for_sources(fixes, {SIDE: fork}, references, env, folder, say)
+    agreements = agree_on_side(replays, {(v.id, SIDE): v.verdict for v in verdicts})
+    for v in verdicts:
+        found = agreements.get((v.id, SIDE))
+        if found is not None:
+            v.upstream_tests = found.to_dict()
+            v.reason = with_flag(v.reason, found)
+            v.disagreements += [found.flag] if found.flag else []
+            say(f"upstream tests #{v.fix}: {found.text}")
+    write_files(work, replays, folder)
+    return section(replays)
+
+
 def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportOutcome:
     """Check the fork; raise :class:`DifflabError` on bad input (unknown fix, unreachable repo, bad ref)."""
     reporter = reporter or Reporter()
@@ -59,13 +100,16 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
     record = RunRecord(command="backport", argv=req.argv)
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
-    source = GitSource(repo=req.repo, cache=req.cache)
+    check_probe_files(fixes, matrix.path)
+    out = (req.out or default_out()).resolve()
+    check_out(out, force=req.force, ours=is_run_folder)  # before anything is fetched
+    folder = tests_dir(req.upstream_tests)
+    source = GitSource(repo=req.repo, cache=req.cache, with_tests=folder is not None)
     say(f"fork {source.repo} at {req.ref}")
     fork = source.rev(req.ref, what=f"{req.ref!r}")
     say(f"fork commit {fork.identity['commit']} (tree {fork.identity['tree'][:12]})")
     upstream = req.upstream or default_repo()
-    out = (req.out or default_out()).resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         env = SharedEnvironment()
         if runner_class(req.runner).local_environment:
             env.ensure(progress=say)
@@ -89,11 +133,14 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
             verdict.evidence = evidence.to_dict()
             verdict.disagreements = disagreements(verdict.verdict, evidence)
             verdicts.append(verdict)
+        appendix: list[str] = []
+        if folder is not None:
+            appendix = replay_upstream_tests(work, fixes, fork, matrix.releases, verdicts, env, folder, say)
         exit_code = 0 if all(v.passed for v in verdicts) else 1
         fork_doc = {**fork.identity, "ref": req.ref, "subject": fork.extra.get("subject"), "upstream": upstream}
         write_backport_json(work / "backport.json", fork_doc, verdicts)
         write_backport_junit(work / "junit.xml", verdicts)
-        write_backport_summary(work / "summary.md", fork_doc, verdicts)
+        write_backport_summary(work / "summary.md", fork_doc, verdicts, appendix)
         record.fixes = [f.id for f in fixes]
         record.details = {
             "sides": [SIDE],

@@ -18,8 +18,10 @@ from typing import Any
 
 from difflab.diff.verdict import FixVerdict, judge_fix
 from difflab.engine.facts import read_engine
+from difflab.engine.metrics import PURPOSE as METRICS_PURPOSE
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.extras import require
+from difflab.files.atomic import results_folder
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
 from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
@@ -37,7 +39,7 @@ from difflab.paths import default_matrix, repo_root
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.progress import Reporter
 from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, write_json
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
 from difflab.testing.testserver import base_config, head_config
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
@@ -57,6 +59,7 @@ TESTSERVER_BENCH = BenchSpec(num_prompts=8, input_len=48, output_len=12, max_con
 class TierRequest:
     fixes: list[str] | None = None
     out: Path | None = None
+    force: bool = False
     testserver: bool = False
     images: ImageMap = field(default_factory=lambda: ImageMap({}))
     model: str = DEFAULT_MODEL
@@ -228,6 +231,11 @@ def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
     plans = load_gpu_plans(matrix)
     fixes = gpu_fixes(matrix, req.fixes, plans)
     record.fixes = [f.id for f in fixes]
+    # The optional libraries this run will need, checked before anything starts (exit 2 naming the extra).
+    require("prometheus_client.parser", METRICS_PURPOSE)
+    if req.rounds > 0 and any(plans[f.id].throughput for f in fixes):
+        require("numpy", "the throughput A/B statistics")
+        require("scipy.stats", "the throughput A/B statistics")
     limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
     bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
     host = None
@@ -250,7 +258,7 @@ def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
             needed.setdefault(target.key, set()).update(p.name for p in fix.probes)
     out = (req.out or repo_root() / "results" / f"gpu-{folder_stamp(record.started)}").resolve()
     try:
-        with atomic_folder(out) as work:
+        with results_folder(out, force=req.force, ours=is_run_folder) as work:
             runs: dict[str, dict[str, ScenarioRun]] = {}
             reports: dict[str, PreflightReport] = {}
             for key, target in distinct.items():

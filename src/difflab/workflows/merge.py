@@ -8,12 +8,12 @@ from typing import Any
 from difflab.bundle import seal
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import results_folder
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
 from difflab.progress import Reporter
 from difflab.report import write_reports
-from difflab.report.record import RunRecord
+from difflab.report.record import RunRecord, is_run_folder
 
 
 def collect(folders: list[Path]) -> list[Observation]:
@@ -40,7 +40,12 @@ def label(obs: Observation) -> dict[str, Any]:
 
 
 def merge(
-    folders: list[Path], out: Path, matrix_path: Path | None, bundle: bool, reporter: Reporter | None = None
+    folders: list[Path],
+    out: Path,
+    matrix_path: Path | None,
+    bundle: bool,
+    reporter: Reporter | None = None,
+    force: bool = False,
 ) -> list[FixVerdict]:
     observations = collect(folders)
     if matrix_path is None:
@@ -60,7 +65,7 @@ def merge(
         "inputs": [str(f) for f in folders],
         "sources": {label(o)["label"]: o.source for o in observations if o.source},
     }
-    with atomic_folder(out.resolve()) as work:
+    with results_folder(out, force=force, ours=is_run_folder) as work:
         for obs in observations:
             obs.write(work / "observations" / obs.fix / obs.side / f"{obs.probe}.json")
         record.write(work, 0 if all(v.passed for v in verdicts) else 1, matrix=(matrix.path, matrix.sha256))

@@ -26,6 +26,8 @@ class Selection:
     matrix: Path = field(default_factory=default_matrix)
     fixes: list[str] | None = None
     out: Path | None = None
+    force: bool = False
+    """Replace ``out`` if it is an earlier results folder (:func:`difflab.files.atomic.check_out`)."""
     runner: str = DEFAULT
     use_cache: bool = True
 

@@ -2,10 +2,15 @@
 
 The executor that performs the re-run is injectable: by default it is the lab's run
 workflow, in tests a stub that writes a run folder.
+
+Without verified signatures (``--skip-signatures``) nobody vouches for the bundle, so it may not
+choose what runs: the re-run needs a hermetic back end (Docker: no network, the source read-only)
+and, for a git bundle, the repository given by the user (``--repo``), never the one in its run.json.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Callable
@@ -18,6 +23,7 @@ from difflab.bundle.trust import TrustPolicy
 from difflab.bundle.verify import verify_folder
 from difflab.errors import ConfigError, VerificationFailed
 from difflab.observation import SIDES
+from difflab.runner import RUNNERS, runner_class
 from difflab.workflows.run import RunRequest, execute
 
 
@@ -68,36 +74,76 @@ def spec_for(bundle_root: Path, out: Path) -> RerunSpec:
     )
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """What the user sets instead of the bundle: required when its signatures are not checked."""
+
+    repo: str | None = None
+    runner: str | None = None
+
+
+def _refuse_unvouched(overrides: Overrides) -> None:
+    """Before anything is opened: an unverified bundle never picks a back end that can reach the host."""
+    hermetic = [name for name, cls in RUNNERS.items() if getattr(cls, "hermetic", False)]
+    if overrides.runner is None or not getattr(runner_class(overrides.runner), "hermetic", False):
+        raise ConfigError(
+            "--skip-signatures: nobody vouches for this bundle, so its run.json may not choose what runs; "
+            f"pass --backend {' or '.join(hermetic)} (no network, the source read-only) explicitly"
+        )
+
+
+def _unvouched_spec(spec: RerunSpec, overrides: Overrides) -> RerunSpec:
+    if spec.source_kind == "git" and not overrides.repo:
+        recorded = f" (it records {spec.repo!r})" if spec.repo else ""
+        raise ConfigError(
+            f"--skip-signatures: this bundle re-runs git commits{recorded}; pass --repo with the SGLang "
+            "repository you trust to hold them"
+        )
+    return spec
+
+
 def reproduce(
     path: Path,
     trust: TrustPolicy | None,
     *,
     out: Path | None = None,
     executor: Executor | None = None,
+    overrides: Overrides | None = None,
+    max_bytes: int = pack.DEFAULT_MAX_UNPACKED,
 ) -> ReproduceReport:
     """Verify the bundle (signatures too, unless ``trust`` is None), re-run it, compare.
 
     With ``out`` unset the re-run goes to a temporary folder that is removed afterwards.
+    ``trust=None`` needs ``overrides`` naming a hermetic back end (and the repository, for git).
     """
     executor = executor or pipeline_executor
-    with pack.opened(path) as root:
+    overrides = overrides or Overrides()
+    if trust is None:
+        _refuse_unvouched(overrides)
+    if out is not None and out.exists():
+        raise ConfigError(f"{out}: already exists; choose a new folder for the re-run")
+    with pack.opened(path, max_bytes) as root:
         problems = verify_folder(root, trust).problems
         if problems:
             raise VerificationFailed(
                 "refusing to reproduce a bundle that does not verify:\n" + "\n".join(f"  {p}" for p in problems)
             )
         if out is not None:
-            if out.exists():
-                raise ConfigError(f"{out}: already exists; choose a new folder for the re-run")
-            return _run_and_compare(root, out, executor)
+            return _run_and_compare(root, out, executor, trust is None, overrides)
         with tempfile.TemporaryDirectory(prefix="difflab-reproduce-") as tmp:
-            report = _run_and_compare(root, Path(tmp) / "rerun", executor)
+            report = _run_and_compare(root, Path(tmp) / "rerun", executor, trust is None, overrides)
             report.rerun_dir = None
             return report
 
 
-def _run_and_compare(root: Path, out: Path, executor: Executor) -> ReproduceReport:
-    rerun = executor(spec_for(root, out))
+def _run_and_compare(
+    root: Path, out: Path, executor: Executor, unvouched: bool, overrides: Overrides
+) -> ReproduceReport:
+    spec = spec_for(root, out)
+    if unvouched:
+        spec = _unvouched_spec(spec, overrides)
+    changes = {k: v for k, v in (("repo", overrides.repo), ("runner", overrides.runner)) if v is not None}
+    rerun = executor(dataclasses.replace(spec, **changes))
     if not (rerun / layout.DIFF_JSON).is_file():
         raise VerificationFailed(f"{rerun}: the re-run wrote no {layout.DIFF_JSON}; nothing to compare")
     return compare_runs(root, rerun)

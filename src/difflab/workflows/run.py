@@ -15,17 +15,26 @@ from difflab.bundle import seal
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
-from difflab.matrix import load_matrix
+from difflab.files.atomic import results_folder
+from difflab.matrix import Fix, load_matrix
 from difflab.observation import SIDES
 from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, utc_now
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
+from difflab.runner.jobs import Sources, check_probe_files
 from difflab.source import MaterialisedSource, source_class
-from difflab.source.sides import materialise_sides, source_label
-from difflab.upstream_tests import replay_run
+from difflab.source.sides import Say, materialise_sides, source_label
+from difflab.upstream_tests import (
+    FixReplay,
+    agree_with_run,
+    for_run,
+    section,
+    tests_dir,
+    with_flag,
+    write_files,
+)
 from difflab.workflows.observe import ProbeOptions, observe
 from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
 
@@ -40,6 +49,8 @@ class RunRequest(ProbeOptions):
     sides: tuple[str, ...] = SIDES
     """Both sides give verdicts; one side (``difflab observe``) only records observations."""
     selfcheck: bool = False
+    upstream_tests: Path | None = None
+    """A folder laid out like SGLang's repository with the fixes' own test files (else ``$DIFFLAB_UPSTREAM_TESTS``)."""
 
     @property
     def both_sides(self) -> bool:
@@ -62,6 +73,26 @@ def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | No
     return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
 
 
+def upstream_replay(
+    fixes: list[Fix],
+    sources: Sources,
+    env: SharedEnvironment,
+    verdicts: list[FixVerdict],
+    folder: Path | None,
+    say: Say,
+) -> list[FixReplay]:
+    """SGLang's own tests of each fix on its base and head, beside the verdicts (their reasons flag a disagreement)."""
+    replays = for_run(fixes, sources, env, folder, say)
+    agreements = agree_with_run(replays, {v.id: v.verdict for v in verdicts})
+    for v in verdicts:
+        if v.id in agreements:
+            v.upstream_tests = agreements[v.id].to_dict()
+            v.reason = with_flag(v.reason, agreements[v.id])
+    for r in replays:
+        say(f"upstream tests {r.fix.label}: {r.agreement.text if r.agreement else r.note}")
+    return replays
+
+
 def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
     """Run the matrix and write the run folder. Raises :class:`DifflabError` on bad input."""
     reporter = reporter or Reporter()
@@ -70,10 +101,15 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         raise ConfigError(f"--side must be base or head, got {req.sides}")
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
     record.fixes = [f.id for f in fixes]
     local = runner_class(req.runner).local_environment
+    folder = tests_dir(req.upstream_tests) if req.both_sides else None  # bad input stops the run before it starts
+    if folder is not None and not local:
+        raise ConfigError(f"--upstream-tests runs in the local shared environment; not with --backend {req.runner}")
+    replaying = req.both_sides and local and (folder is not None or req.source_kind == "git")
     out = (req.out or default_out()).resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
         sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
         env = SharedEnvironment()
@@ -94,6 +130,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             write_selfcheck(work, checks, coverage)
             if not selfcheck_passed(checks, coverage):
                 exit_code = 1
+        replays = upstream_replay(fixes, sources, env, verdicts, folder, reporter.say) if replaying else []
         record.details = {
             "sides": list(req.sides),
             "source_kind": req.source_kind,
@@ -102,11 +139,13 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
             "environment_digest": env.digest,
         }
+        if replaying:
+            files = {f.id: f.to_dict() for r in replays for f in r.files}
+            record.details["upstream_tests"] = {"dir": str(folder) if folder else None, "files": files}
+            write_files(work, replays, folder)
         record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if verdicts:
-            write_reports(work, verdicts)
-        if req.source_kind == "git" and req.both_sides and local:
-            replay_run(work, fixes, sources, env, reporter.say)
+            write_reports(work, verdicts, appendix=section(replays) if replays else ())
         if req.bundle:
             seal(work, key=req.key, echo=reporter.say)
     return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)

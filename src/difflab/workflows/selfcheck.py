@@ -20,17 +20,17 @@ from typing import Any
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import atomic_folder
+from difflab.files.atomic import atomic_folder, check_out, results_folder
 from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
 from difflab.paths import cache_root, repo_root
 from difflab.progress import Reporter
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell
-from difflab.report.record import RunRecord, folder_stamp, write_json
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
 from difflab.runner import ProbeJob, build_runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
-from difflab.runner.jobs import build_jobs
+from difflab.runner.jobs import build_jobs, check_probe_files
 from difflab.source import MaterialisedSource
 from difflab.source.release import ReleaseSource
 from difflab.workflows.observe import Selection
@@ -97,6 +97,7 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
             edited = tmp / mutation.file
             if not _inside(edited, tmp):
                 raise ConfigError(f"mutation {mutation.name!r}: {mutation.file!r} leaves the mutated copy; refused")
+            edited.parent.chmod(0o755)  # the pristine tree's folders are read-only, and so are the copies
             edited.unlink()  # break the hard link before writing
             edited.write_text(text.replace(mutation.find, mutation.replace))
     identity = dict(source.identity) | {"mutation": mutation.name, "mutated_file": mutation.file}
@@ -341,6 +342,10 @@ def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationRes
     """Mutate every selected head release and judge its probes; the run folder holds selfcheck.*."""
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
+    check_probe_files(fixes, matrix.path)
+    record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
+    out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
+    check_out(out, force=req.force, ours=is_run_folder)  # before sources are unpacked
     backend = ReleaseSource(matrix.releases)
     heads = {}
     for fix in fixes:
@@ -350,9 +355,7 @@ def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationRes
         heads[fix.id] = backend.materialise(fix, "head", fix.head)
     env = SharedEnvironment().ensure(progress=reporter.say)
     runner = build_runner(req.runner, env, req.use_cache)
-    record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
-    out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
-    with atomic_folder(out) as work:
+    with results_folder(out, force=req.force, ours=is_run_folder) as work:
         results = run_selfcheck(fixes, heads, runner, work, reporter.track)
         coverage = hunk_coverage(fixes, heads, results)
         write_selfcheck(work, results, coverage)

@@ -1,0 +1,177 @@
+"""``--out`` never costs anyone a file: only new, empty or (with --force) earlier results folders are replaced.
+
+The commands are driven for real: ``difflab merge`` on observations of the published bundle (no
+probes run, so it is quick), ``difflab run`` where the refusal must come before any work starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from difflab.cli import main
+from difflab.errors import ConfigError
+from difflab.files.atomic import atomic_folder, check_out, clean_stale_partials
+from difflab.paths import repo_root
+from difflab.report.record import is_run_folder
+
+PUBLISHED = repo_root() / "results" / "published" / "upstream"
+
+
+@pytest.fixture
+def cell(tmp_path: Path) -> Path:
+    """An observe-style folder: fix 38935's observations and the matrix they were made with."""
+    folder = tmp_path / "cell"
+    shutil.copytree(PUBLISHED / "observations" / "38935", folder / "observations" / "38935")
+    shutil.copyfile(PUBLISHED / "matrix.toml", folder / "matrix.toml")
+    return folder
+
+
+def merge_into(cell: Path, out: Path, *extra: str) -> int:
+    return main(["merge", str(cell), "--out", str(out), "--no-bundle", *extra])
+
+
+def test_a_folder_of_the_users_own_files_is_refused_even_with_force(
+    cell: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "chapter1.tex").write_text("years of work\n")
+    for extra in ((), ("--force",)):
+        assert merge_into(cell, mine, *extra) == 2
+        err = capsys.readouterr().err
+        assert f"--out {mine}" in err and "not difflab results" in err
+        assert sorted(p.name for p in mine.iterdir()) == ["chapter1.tex"]
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_an_earlier_results_folder_is_replaced_only_with_force(
+    cell: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "merged"
+    assert merge_into(cell, out) == 0
+    assert is_run_folder(out)
+    (out / "marker").write_text("first run")
+    assert merge_into(cell, out) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert (out / "marker").exists()
+    assert merge_into(cell, out, "--force") == 0
+    assert not (out / "marker").exists() and (out / "diff.json").is_file()
+
+
+def test_an_empty_folder_is_used(cell: Path, tmp_path: Path) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert merge_into(cell, out) == 0 and (out / "run.json").is_file()
+
+
+def test_an_existing_file_is_refused_before_the_run_starts(tmp_path: Path) -> None:
+    """No registry is reachable: a run that got as far as its sources would say so; this one must not."""
+    target = tmp_path / "results.txt"
+    target.write_text("keep me\n")
+    env = {
+        **os.environ,
+        "DIFFLAB_CACHE": str(tmp_path / "cache"),
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_RETRIES": "0",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "difflab", "run", "--fix", "38935", "--out", str(target), "--no-bundle"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "exists and is not a folder" in out.stderr
+    assert "could not download" not in out.stderr and "source " not in out.stderr
+    assert target.read_text() == "keep me\n"
+    assert not (tmp_path / "cache" / "wheels").exists()
+
+
+@pytest.mark.parametrize("where", ["cwd", "home", "repo", "cache", "cache-parent"])
+def test_protected_folders_are_refused_even_when_they_look_like_results(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, cache, work = tmp_path / "home", tmp_path / "var" / "cache", tmp_path / "work"
+    for folder in (home, cache, work):
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text('{"tool": "sglang-difflab"}')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DIFFLAB_CACHE", str(cache))
+    monkeypatch.chdir(work)
+    target = {"cwd": work, "home": home, "repo": repo_root(), "cache": cache, "cache-parent": cache.parent}[where]
+    with pytest.raises(ConfigError, match=r"--out .*: (is|contains) "):
+        check_out(target, force=True, ours=lambda _p: True)
+    check_out(tmp_path / "elsewhere", force=True, ours=lambda _p: True)  # a folder of its own is fine
+
+
+def _killed_writer(parent: Path, name: str) -> None:
+    """A writer SIGKILLed inside atomic_folder: it leaves its partial folder behind."""
+    code = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from difflab.files.atomic import atomic_folder\n"
+        "with atomic_folder(Path(sys.argv[1])) as work:\n"
+        "    (work / 'half.json').write_text('{')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(parent / name)], timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_partial_folders_of_a_killed_run_are_cleaned_by_the_next_run(cell: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    _killed_writer(results, "run1")
+    left = [p for p in results.iterdir() if p.is_dir()]
+    assert len(left) == 1 and ".run1.partial-" in left[0].name
+    foreign = results / ".notes.partial-mine"  # same shape, but not ours: no lock file of ours
+    foreign.mkdir()
+    (foreign / "keep").write_text("x")
+    assert merge_into(cell, results / "run2") == 0
+    names = sorted(p.name for p in results.iterdir())
+    assert names == [".notes.partial-mine", "run2"], names
+
+
+def test_a_partial_folder_whose_writer_is_alive_is_left_alone(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from difflab.files.atomic import atomic_folder\n"
+        "with atomic_folder(Path(sys.argv[1])) as work:\n"
+        "    Path(sys.argv[2]).write_text(str(work))\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "slow"), str(ready)])
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        work = Path(ready.read_text())
+        assert clean_stale_partials(tmp_path) == []
+        assert work.is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert clean_stale_partials(tmp_path) == [work]
+    assert not work.exists()
+
+
+def test_read_only_trees_are_removed_with_their_partial_folder(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), atomic_folder(tmp_path / "tree") as work:
+        (work / "sglang").mkdir()
+        (work / "sglang" / "a.py").write_text("x = 1\n")
+        (work / "sglang" / "a.py").chmod(0o444)
+        (work / "sglang").chmod(0o555)
+        raise RuntimeError("unpacking failed")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,118 @@
+"""What a bundle, an archive or a matrix says is shown as data, never obeyed: escaped names, no ready-made
+trust commands, nothing of the publisher's machine in REPRODUCE.md, and configuration errors named.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from difflab.bundle import layout, trust
+from difflab.bundle.pack import safe_extract
+from difflab.bundle.sealing import seal
+from difflab.bundle.verify import verify_path
+from difflab.cli import main
+from difflab.errors import ConfigError, VerificationFailed
+from difflab.files.names import printable
+from difflab.matrix import load_matrix
+from matrix_samples import FIX, RELEASES
+from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse fixture
+    isolated_config,
+    make_key,
+    make_run_folder,
+    sealed,
+)
+
+ESCAPE = "report\x1b[2K\r\x1b[32mOK everything verified\x1b[0m.txt"
+
+
+def test_control_characters_in_a_bundle_file_name_are_escaped_and_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = make_key(tmp_path / "keys")
+    run_dir, _ = sealed(tmp_path, private)
+    (run_dir / ESCAPE).write_text("x")
+    assert main(["verify", str(run_dir), "--key", str(public)]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err
+    assert f"{printable(ESCAPE)}: file name holds control characters" in err
+    assert "report\\x1b[2K\\x0d\\x1b[32mOK" in err
+
+
+def test_sealing_refuses_a_file_name_with_control_characters(tmp_path: Path) -> None:
+    private, _ = make_key(tmp_path / "keys")
+    run_dir = make_run_folder(tmp_path)
+    (run_dir / "observations" / "bidi\u202etxt.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"bidi\\u202etxt.json"):
+        seal(run_dir, private, echo=lambda _m: None, environ={})
+
+
+def test_an_archive_member_with_control_characters_is_refused_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "names.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name in ("run/SHA256SUMS", f"run/{ESCAPE}"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(VerificationFailed) as caught:
+        safe_extract(path, dest)
+    assert "\x1b" not in str(caught.value) and f"run/{printable(ESCAPE)}: unsafe name" in str(caught.value)
+
+
+def test_the_untrusted_key_is_shown_as_a_claim_not_as_a_command(tmp_path: Path) -> None:
+    private, _ = make_key(tmp_path / "keys")
+    run_dir, info = sealed(tmp_path, private)
+    report = verify_path(run_dir, trust.build(fingerprints=["sha256:" + "1" * 64]))
+    [problem] = [p for p in report.problems if p.path == layout.PUBLIC_KEY]
+    assert f"--fingerprint {info.fingerprint}" not in problem.message  # nothing to paste blindly
+    assert f"untrusted: {info.fingerprint}" in problem.message
+    assert "published" in problem.message
+
+
+def test_reproduce_md_records_no_local_key_path_or_program_path(tmp_path: Path) -> None:
+    private, _ = make_key(tmp_path / "keys")
+    run_dir = make_run_folder(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    run["argv"] = [".venv/bin/difflab", "run", "--key", "/root/.config/sglang-difflab/publish-key.pem", "--no-cache"]
+    (run_dir / "run.json").write_text(json.dumps(run))
+    info = seal(run_dir, private, echo=lambda _m: None, environ={})
+    text = (run_dir / layout.REPRODUCE).read_text()
+    assert "publish-key.pem" not in text and "/root" not in text and ".venv" not in text
+    assert "difflab run --no-cache" in text
+    assert f"--fingerprint {info.fingerprint}" not in text  # the bundle's own claim is not a command to paste
+    assert info.fingerprint in text
+
+
+def test_the_published_reproduce_md_still_verifies_as_it_is() -> None:
+    """The committed bundle's REPRODUCE.md is signed as it was written; it is not rewritten."""
+    published = Path(__file__).resolve().parents[1] / "results" / "published" / "upstream"
+    assert "publish-key.pem" in (published / layout.REPRODUCE).read_text()
+    fingerprint = (published / layout.FINGERPRINT).read_text().strip()
+    assert verify_path(published, trust.build(fingerprints=[fingerprint])).ok
+
+
+def test_a_probe_without_a_probe_file_is_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = tmp_path / "m.toml"
+    matrix.write_text((RELEASES + FIX).replace("pr38935_prefill_door", "pr38935_no_such_probe"))
+    load_matrix(matrix)  # well-formed: the probe simply does not exist
+    out = tmp_path / "out"
+    assert main(["run", "--matrix", str(matrix), "--out", str(out), "--no-bundle", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "fix '38935'.probes[0].name" in err and "pr38935_no_such_probe" in err and str(matrix) in err
+    assert not out.exists()
+
+
+def test_a_release_pin_must_be_an_sglang_wheel(tmp_path: Path) -> None:
+    """A matrix (an unverified bundle's, say) cannot make the lab download and import another package."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text((RELEASES + FIX).replace("sglang-0.5.20-cp311", "evilpkg-0.5.20-cp311"))
+    with pytest.raises(ConfigError, match=r"releases.'0.5.20'.file: .*sglang"):
+        load_matrix(matrix)
