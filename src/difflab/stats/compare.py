@@ -5,6 +5,7 @@ return plain numbers; wording for people lives in :func:`Comparison.describe` on
 Samples are one value per benchmark round (rounds are the independent units;
 requests within a round are not). A difference is significant only when the
 bootstrap interval excludes zero and the rank test agrees (see ``Comparison.significant``).
+numpy and scipy (the ``[stats]`` extra) are imported where they are used.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_SEED = 20261026
 DEFAULT_RESAMPLES = 10_000
@@ -36,21 +38,32 @@ class Comparison:
     ci_high: float
     confidence: float
     p_value: float  # Mann-Whitney U, two-sided
+    alpha: float | None = None
+    """The rank test's threshold; None: ``1 - confidence`` (the GPU tier). asv's is 0.002."""
 
     @property
     def ci_excludes_zero(self) -> bool:
         return not (self.ci_low <= 0.0 <= self.ci_high)
 
     @property
+    def threshold(self) -> float:
+        return self.alpha if self.alpha is not None else 1.0 - self.confidence
+
+    @property
+    def ratio(self) -> float:
+        """``mean(head) / mean(base)``; its interval is ``1 + ci_low`` .. ``1 + ci_high``."""
+        return 1.0 + self.rel_diff
+
+    @property
     def significant(self) -> bool:
-        """The bootstrap interval excludes zero AND Mann-Whitney agrees (p < 1 - confidence).
+        """The bootstrap interval excludes zero AND Mann-Whitney agrees (p < the threshold).
 
         With a handful of rounds the percentile bootstrap alone is too optimistic: measured here
         on identical normal samples it flags 18 % (3 rounds), 13 % (5) and 11 % (8) of pairs at a
         nominal 5 %; requiring the rank test to agree brings that to 0 %, 3 % and 5 %. An interval
         that spans zero is always "no significant difference".
         """
-        return self.ci_excludes_zero and self.p_value < 1.0 - self.confidence
+        return self.ci_excludes_zero and self.p_value < self.threshold
 
     @property
     def regression(self) -> bool:
@@ -66,6 +79,13 @@ class Comparison:
         word = "worse" if self.regression else "better"
         return f"head {self.rel_diff:+.2%} ({word}; {ci}, Mann-Whitney p={self.p_value:.3g})"
 
+    @property
+    def mark(self) -> str:
+        """As ``asv compare`` prints it: ``+`` significantly worse, ``-`` significantly better, ``~`` neither."""
+        if not self.significant:
+            return "~"
+        return "+" if self.regression else "-"
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(
@@ -78,6 +98,8 @@ class Comparison:
 
 
 def _checked(name: str, values: Sequence[float]) -> np.ndarray:
+    import numpy as np
+
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(f"{name}: need at least two samples, got {arr.size}")
@@ -95,6 +117,8 @@ def bootstrap_rel_diff_ci(
     seed: int = DEFAULT_SEED,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``mean(head)/mean(base) - 1``, each side resampled on its own."""
+    import numpy as np
+
     b, h = _checked("base", base), _checked("head", head)
     if np.any(b <= 0) or np.any(h < 0):
         raise ValueError("relative difference needs positive base samples and non-negative head samples")
@@ -109,6 +133,7 @@ def bootstrap_rel_diff_ci(
 
 def mann_whitney_p(base: Sequence[float], head: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value (exact for small tie-free samples, as scipy decides)."""
+    import numpy as np
     from scipy.stats import mannwhitneyu
 
     b, h = _checked("base", base), _checked("head", head)
@@ -127,8 +152,12 @@ def compare(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = DEFAULT_SEED,
+    alpha: float | None = None,
 ) -> Comparison:
-    """Compare one metric's per-round samples (fixed seed: the same samples give the same interval)."""
+    """Compare one metric's per-round samples (fixed seed: the same samples give the same interval).
+
+    ``alpha`` is the rank test's threshold (default ``1 - confidence``).
+    """
     b, h = _checked(f"{metric} base", base), _checked(f"{metric} head", head)
     low, high = bootstrap_rel_diff_ci(b, h, resamples=resamples, confidence=confidence, seed=seed)
     return Comparison(
@@ -143,4 +172,5 @@ def compare(
         ci_high=high,
         confidence=confidence,
         p_value=mann_whitney_p(b, h),
+        alpha=alpha,
     )
