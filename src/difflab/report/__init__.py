@@ -2,9 +2,11 @@
 
 from pathlib import Path
 
+from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict
-from difflab.report.junit import write_junit
-from difflab.report.markdown import write_summary
+from difflab.report import throughput as throughput_report
+from difflab.report.junit import verdict_cases, write_cases, write_junit
+from difflab.report.markdown import render_summary, write_summary
 from difflab.report.record import RunRecord
 from difflab.report.results import write_diff_json
 
@@ -16,11 +18,19 @@ def write_reports(
     title: str = "SGLang fix verification",
     suite: str = "difflab",
     extra: dict | None = None,
+    throughput: list[ThroughputResult] | None = None,
+    fail_above: float | None = None,
 ) -> None:
-    """diff.json, junit.xml and summary.md for ``verdicts``."""
-    write_diff_json(folder / "diff.json", verdicts, extra)
-    write_junit(folder / "junit.xml", verdicts, suite_name=suite)
-    write_summary(folder / "summary.md", verdicts, title)
+    """diff.json, junit.xml and summary.md for ``verdicts`` (and each fix's throughput A/B, if measured)."""
+    write_diff_json(folder / "diff.json", verdicts, extra, throughput)
+    if not throughput:
+        write_junit(folder / "junit.xml", verdicts, suite_name=suite)
+        write_summary(folder / "summary.md", verdicts, title)
+        return
+    cases = [*verdict_cases(verdicts), *throughput_report.junit_cases(throughput, fail_above)]
+    write_cases(folder / "junit.xml", suite, cases)
+    section = throughput_report.summary_lines(throughput, fail_above)
+    (folder / "summary.md").write_text(render_summary(verdicts, title) + "\n".join(section) + "\n")
 
 
 __all__ = ["RunRecord", "write_diff_json", "write_junit", "write_reports", "write_summary"]

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from difflab.bundle import layout, pack
 from difflab.bundle.compare import ReproduceReport, compare_runs
@@ -19,6 +20,7 @@ from difflab.bundle.verify import verify_folder
 from difflab.errors import ConfigError, VerificationFailed
 from difflab.observation import SIDES
 from difflab.workflows.run import RunRequest, execute
+from difflab.workflows.throughput import ThroughputOptions
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class RerunSpec:
     repo: str | None
     runner: str
     sides: tuple[str, ...] | None = None  # only for a one-side (``observe``) recording
+    throughput: dict[str, Any] | None = None  # the recorded --throughput settings, if any
 
 
 Executor = Callable[[RerunSpec], Path]
@@ -45,6 +48,8 @@ def pipeline_executor(spec: RerunSpec) -> Path:
     fields = {k: getattr(spec, k) for k in ("matrix", "fixes", "out", "source_kind", "repo", "runner")}
     if spec.sides is not None:
         fields["sides"] = spec.sides
+    if spec.throughput is not None:
+        fields["throughput"] = ThroughputOptions.from_record(spec.throughput)
     return execute(RunRequest(**fields, bundle=False, use_cache=False)).out_dir
 
 
@@ -65,6 +70,7 @@ def spec_for(bundle_root: Path, out: Path) -> RerunSpec:
         repo=run.get("repo"),
         runner=str((run.get("runner") or {}).get("name") or "subprocess"),
         sides=tuple(str(s) for s in sides) if one_side else None,
+        throughput=run["throughput"] if isinstance(run.get("throughput"), dict) else None,
     )
 
 
