@@ -2,7 +2,8 @@
 
 ``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
 out per fix x side (one CI job each) and ``nox -s merge`` turns their
-observations into verdicts. ``nox -s tests`` runs the test suite.
+observations into verdicts. ``nox -s throughput`` adds each fix's CPU
+throughput A/B. ``nox -s tests`` runs the test suite.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def merge(session: nox.Session) -> None:
     """Judge the observations the ``side`` sessions left under results/ci/."""
     _install(session)
     session.run("difflab", "merge", "results/ci", "--out", "results/ci-merged", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def throughput(session: nox.Session) -> None:
+    """The default matrix with each fix's hot path timed base vs head (``difflab run --throughput``)."""
+    _install(session, "[stats]")
+    session.run("difflab", "run", "--throughput", "--out", "results/throughput", *session.posargs)
 
 
 @nox.session(python=PYTHON)

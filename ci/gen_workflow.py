@@ -29,6 +29,7 @@ ALL_SESSIONS = "not __no_session_is_named_this__"
 NOT_CELLS = {
     "lab": "the side cells plus the merge job do the same work in parallel",
     "merge": "runs as its own job once every side cell has finished",
+    "throughput": "a timing: the nightly job runs it, not every push on a shared runner",
 }
 # Extra arguments per session name, so each cell leaves a JUnit file for the report job.
 POSARGS = {"tests": "--junitxml=results/junit/tests.xml"}

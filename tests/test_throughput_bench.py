@@ -157,7 +157,8 @@ def run(lab: Path, plan: dict[str, tuple[str, MaterialisedSource, MaterialisedSo
     settings = {"rounds": 7, "sizes": (10, 1000), "min_items": 20, "min_runs": 3, "max_items": 200} | options
     runner = WarmRunner(environment=HostEnvironment(), hub_preload=(), server_preload=("toymod",), learn=False)
     with runner:
-        return measure(fixes, sources, runner, lab / "work", Reporter(), ThroughputOptions(**settings), lab / "throughput")
+        options = ThroughputOptions(**settings)
+        return measure(fixes, sources, runner, lab / "work", Reporter(), options, lab / "throughput")
 
 
 def by_fix(results: list[ThroughputResult]) -> dict[str, ThroughputResult]:
@@ -214,7 +215,8 @@ def test_missing_probe_file_and_unavailable_side(lab: Path) -> None:
     sources = {("nofile", "base"): src, ("nofile", "head"): src, ("nohead", "base"): src, ("nohead", "head"): "gone"}
     runner = WarmRunner(environment=HostEnvironment(), hub_preload=(), server_preload=("toymod",), learn=False)
     with runner:
-        results = by_fix(measure(fixes, sources, runner, lab / "w", Reporter(), ThroughputOptions(), lab / "throughput"))
+        measured = measure(fixes, sources, runner, lab / "w", Reporter(), ThroughputOptions(), lab / "throughput")
+    results = by_fix(measured)
     assert results["nofile"].status == "error" and "does not exist" in results["nofile"].reason
     assert results["nohead"].status == "unavailable" and "gone" in results["nohead"].reason
     assert results["none"].status == "unavailable"

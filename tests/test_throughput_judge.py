@@ -185,3 +185,19 @@ def test_reproduce_compares_throughput_within_the_recorded_interval(tmp_path: Pa
     report = compare_runs(recorded, rerun)
     assert bool(report.differences) == differs, report.differences
     assert any("throughput" in n for n in report.notes) == noted
+
+
+def test_reproduce_re_runs_with_the_recorded_throughput_settings(tmp_path: Path):
+    from difflab.workflows.reproduce import spec_for
+
+    settings = ThroughputOptions(rounds=8, sizes=(10, 300), fail_above=1.2).record()
+    (tmp_path / "run.json").write_text(
+        json.dumps({"fixes": ["38935"], "sides": ["base", "head"], "throughput": settings})
+    )
+    spec = spec_for(tmp_path, tmp_path / "rerun")
+    assert spec.throughput == settings
+    assert ThroughputOptions.from_record(spec.throughput) == ThroughputOptions(
+        rounds=8, sizes=(10, 300), fail_above=1.2
+    )
+    (tmp_path / "run.json").write_text(json.dumps({"fixes": ["38935"]}))
+    assert spec_for(tmp_path, tmp_path / "rerun").throughput is None

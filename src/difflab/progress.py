@@ -114,7 +114,7 @@ class Reporter:
 
     def throughput_table(self, results: list[ThroughputResult], fail_above: float | None = None) -> None:
         """Per fix: the asv mark, ratio head/base of time per item, its interval, p, the exponents."""
-        table = Table(title="throughput (time per item, head / base)", show_lines=False)
+        table = Table(title="throughput (CPU time per item, head / base)", show_lines=False)
         for col in ("fix", "", "ratio", "95% CI", "p", "exponent base → head", ""):
             table.add_column(col, overflow="fold")
         for r in results:

@@ -1,7 +1,7 @@
 """Throughput, base against head: did the fix make its hot path slower, and does the cost grow with load?
 
-Input: each side's rounds, ``rounds[r][workload][size]`` = seconds per item (the median of
-that round's runs, :mod:`difflab.probe.bench`). Rounds are the independent samples:
+Input: each side's rounds, ``rounds[r][workload][size]`` = CPU seconds per item (the median
+of that round's runs, :mod:`difflab.probe.bench`). Rounds are the independent samples:
 
 - a workload's round sample is the geometric mean of its sizes; the fix's is the geometric
   mean of every workload and size (a 2x slower cell and a 2x faster one cancel out);
@@ -31,7 +31,7 @@ ALPHA = 0.002
 STATUSES = ("ok", "error", "unavailable")
 
 Rounds = list[dict[str, dict[str, float]]]
-"""One side: ``rounds[r][workload][str(size)]`` = seconds per item."""
+"""One side: ``rounds[r][workload][str(size)]`` = CPU seconds per item."""
 
 
 @dataclass
@@ -92,6 +92,12 @@ class ThroughputResult:
     exponent: Scaling | None = None
     workloads: list[WorkloadResult] = field(default_factory=list)
     samples: dict[str, Rounds] = field(default_factory=dict)
+    wall_s: float | None = None
+    """What the A/B took, both bench processes started to both ended."""
+    cpu_s: float | None = None
+    """CPU time the two bench processes spent in their rounds (warm-up included)."""
+    wall: Comparison | None = None
+    """The same A/B in wall-clock time per item (CPU time is what is judged)."""
 
     @property
     def ok(self) -> bool:
@@ -133,6 +139,18 @@ class ThroughputResult:
             "exponent": self.exponent.to_dict() if self.exponent else None,
             "workloads": [w.to_dict() for w in self.workloads],
             "samples": self.samples,
+            "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
+            "wall_clock": (
+                {
+                    "mark": self.wall.mark,
+                    "ratio": self.wall.ratio,
+                    "ci": [1.0 + self.wall.ci_low, 1.0 + self.wall.ci_high],
+                    "p_value": self.wall.p_value,
+                }
+                if self.wall is not None
+                else None
+            ),
         }
 
 
@@ -169,9 +187,19 @@ def _compare(metric: str, base: Rounds, head: Rounds, workloads: list[str], seed
 
 
 def judge_throughput(
-    result: ThroughputResult, described: list[dict[str, str]], base: Rounds, head: Rounds, seed: int
+    result: ThroughputResult,
+    described: list[dict[str, str]],
+    base: Rounds,
+    head: Rounds,
+    seed: int,
+    wall: dict[str, Rounds] | None = None,
 ) -> ThroughputResult:
-    """Fill ``result`` (status ok) from both sides' rounds; ``described`` lists the probe's workloads."""
+    """Fill ``result`` (status ok) from both sides' rounds; ``described`` lists the probe's workloads.
+
+    ``base``/``head`` are CPU time per item, what is judged; ``wall`` (per side) the same
+    rounds in wall time, compared alongside: a path that started to wait (a lock, a sleep)
+    shows there and not in CPU time.
+    """
     if not base or not head:
         raise ValueError("no rounds to compare")
     names = [w["name"] for w in described]
@@ -182,6 +210,9 @@ def judge_throughput(
     result.samples = {"base": base, "head": head}
     result.comparison = _compare("seconds per item, geometric mean of every workload and size", base, head, names, seed)
     result.exponent = _scaling(base, head, names, sizes)
+    if wall and wall.get("base") and wall.get("head"):
+        result.samples["wall"] = wall  # type: ignore[assignment]
+        result.wall = _compare("wall seconds per item, geometric mean", wall["base"], wall["head"], names, seed)
     result.workloads = []
     for w in described:
         name = w["name"]

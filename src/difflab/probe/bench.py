@@ -15,14 +15,17 @@ alive. Lab -> child, one JSON object per line:
 - ``{"op": "end"}``
 
 Child -> lab: ``bench-ready`` (the workloads), then one ``round`` per request:
-``samples[workload][size]`` = seconds per item, or ``error`` (the kit's problems,
-a probe failure); the child leaves after an error or ``end``.
+``samples[workload][size]`` = CPU seconds per item (``samples_wall``: the same in wall
+time), or ``error`` (the kit's problems, a probe failure); the child leaves after an
+error or ``end``.
 
 Timing follows asv: the garbage collector is off while ``run()`` runs, each sample
 repeats ``setup``/``run``/``teardown`` as its :class:`Budget` says, and the sample
-is the median over the runs of seconds per item. The kit's honesty rules hold here too: a missing fake
-attribute, an exception inside a fake or an unexpected logged error makes the
-round an error, never a number.
+is the median over the runs of seconds per item -- CPU seconds of this process, so a
+busy machine's other processes are not charged to the side that happened to run.
+The kit's honesty rules hold here too: a missing fake attribute, an exception
+inside a fake or an unexpected logged error makes the round an error, never a
+number.
 """
 
 from __future__ import annotations
@@ -114,45 +117,51 @@ class Measurer:
             self.trials[key] = workload.load(size)
         return self.trials[key]
 
-    def sample(self, workload: Workload, size: int, budget: Budget) -> tuple[float, int]:
-        """Seconds per item at ``size`` (the median over runs), and how many items were timed.
+    def sample(self, workload: Workload, size: int, budget: Budget) -> tuple[float, float, int]:
+        """CPU and wall seconds per item at ``size`` (medians over runs), and how many items were timed.
 
-        The median, as asv reports it: a run the scheduler of a busy machine interrupts is
-        an outlier, not a shift of the whole sample.
+        CPU time (``time.process_time``: this process, every thread) is the sample: on a
+        shared machine the OS hands the core to other processes mid-run, which wall time
+        charges to whichever side was running and CPU time does not. The median, as asv
+        reports it: a run that was disturbed anyway is an outlier, not a shift.
         """
         trial = self.trial(workload, size)
-        per_item: list[float] = []
+        cpu: list[float] = []
+        wall: list[float] = []
         items = 0
-        while budget.more(len(per_item), items):
+        while budget.more(len(cpu), items):
             trial.setup()
             gc.disable()
             try:
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 done = int(trial.run())
-                elapsed = time.perf_counter() - started
+                elapsed_cpu, elapsed = time.process_time() - started_cpu, time.perf_counter() - started
             finally:
                 gc.enable()
             trial.teardown()
             if done <= 0:
                 raise RuntimeError(f"workload {workload.name} at size {size} reported no items")
-            per_item.append(elapsed / done)
+            cpu.append(elapsed_cpu / done)
+            wall.append(elapsed / done)
             items += done
-        return statistics.median(per_item), items
+        return statistics.median(cpu), statistics.median(wall), items
 
     def round(self, sizes: list[int], budget: Budget) -> dict[str, Any]:
         built = len(self.trials)
         samples: dict[str, dict[str, float]] = {}
+        walls: dict[str, dict[str, float]] = {}
         items: dict[str, dict[str, int]] = {}
         for workload in self.workloads:
             for size in sizes:
-                per_item, count = self.sample(workload, size, budget)
+                per_item, per_item_wall, count = self.sample(workload, size, budget)
                 samples.setdefault(workload.name, {})[str(size)] = per_item
+                walls.setdefault(workload.name, {})[str(size)] = per_item_wall
                 items.setdefault(workload.name, {})[str(size)] = count
         if len(self.trials) != built:
             # The loads built this round live as long as the bench: keep the collector off them.
             gc.collect()
             gc.freeze()
-        return {"samples": samples, "items": items}
+        return {"samples": samples, "samples_wall": walls, "items": items}
 
 
 def _failure(exc: BaseException) -> str:
@@ -192,7 +201,7 @@ def serve(probe: Path, inbox: int, outbox: int) -> None:
             if msg.get("op") != "round":
                 return
             reply: dict[str, Any] = {"event": "round", "round": msg.get("round")}
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 reply |= measurer.round([int(s) for s in msg["sizes"]], Budget.from_request(msg))
             except BaseException as exc:  # noqa: B036
@@ -204,6 +213,7 @@ def serve(probe: Path, inbox: int, outbox: int) -> None:
                 reply["error"] = "measurement not trustworthy: " + "; ".join(p.splitlines()[0] for p in problems)
             reply["problems"] = problems
             reply["wall_s"] = round(time.perf_counter() - started, 4)
+            reply["cpu_s"] = round(time.process_time() - cpu, 4)
             write_line(outbox, reply)
             if "error" in reply:
                 return

@@ -48,7 +48,8 @@ def summary_lines(results: list[ThroughputResult], fail_above: float | None) -> 
         "",
         "## Throughput (CPU hot paths)",
         "",
-        f"Time per item, head / base: < 1 is faster. Rounds interleaved base, head, base, head "
+        f"CPU time per item, head / base: < 1 is faster (the wall-clock ratio is in diff.json). "
+        f"Rounds interleaved base, head, base, head "
         f"({settings.get('rounds', '?')} per side after {settings.get('warmup', '?')} warm-up); "
         f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}; significant at Mann-Whitney "
         f"p < {ALPHA:g} with the 95 % bootstrap interval agreeing; marks as asv prints them "

@@ -7,6 +7,7 @@ good result.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,11 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         else:  # one side of a CI fan-out: verdicts come from `difflab merge`
             exit_code = 0 if all(o.status != "error" for o in observed) else 1
         measured: list[ThroughputResult] = []
+        throughput_s = 0.0
         if req.throughput is not None:
+            started = time.monotonic()
             measured = measure(fixes, sources, runner, work, reporter, req.throughput)
+            throughput_s = time.monotonic() - started
             exit_code = max(exit_code, gate_exit(measured, req.throughput.fail_above))
         if req.selfcheck:
             heads = {fid: s for (fid, side), s in sources.items() if side == "head" and not isinstance(s, str)}
@@ -130,6 +134,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         }
         if req.throughput is not None:
             record.details["throughput"] = req.throughput.record()
+            record.details["throughput_wall_s"] = round(throughput_s, 2)  # servers' imports included
         record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if verdicts:
             fail_above = req.throughput.fail_above if req.throughput else None

@@ -11,6 +11,7 @@ bench logs' tails are kept in ``throughput/<fix>/<side>.log``.
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,11 @@ class ThroughputOptions:
     sizes: tuple[int, ...] = DEFAULT_SIZES
     fail_above: float | None = None
     """A significant slowdown beyond this factor fails the run; None: informational."""
-    min_items: int = 200
-    min_runs: int = 5
+    min_items: int = 100
+    min_runs: int = 3
     max_items: int = 1000
+    """One sample (:class:`difflab.probe.bench.Budget`): runs until ``min_items`` items in ``min_runs`` runs,
+    or ``max_items`` items (a burst of a thousand rooms is one run)."""
     round_timeout_s: float = 300.0
     seed: int = DEFAULT_SEED
 
@@ -148,8 +151,10 @@ def _keep_log(job: BenchJob, work: Path) -> None:
 def _ab(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Reporter) -> None:
     """Warm-up, then interleaved rounds; both children stay alive until the last round."""
     result = plan.result
+    started, cpu = time.monotonic(), 0.0
     children: dict[str, BenchChild] = {}
     rounds: dict[str, list[dict[str, dict[str, float]]]] = {side: [] for side in SIDES}
+    walls: dict[str, list[dict[str, dict[str, float]]]] = {side: [] for side in SIDES}
     try:
         for side in SIDES:
             children[side] = bench.start(plan.jobs[side])
@@ -164,13 +169,16 @@ def _ab(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Rep
                 for side in SIDES:
                     budget = options.budget if index >= 0 else WARMUP_BUDGET
                     reply = bench.round(children[side], index, sizes, budget)
+                    cpu += float(reply.get("cpu_s") or 0.0)
                     if index >= 0:
                         rounds[side].append(reply["samples"])
+                        walls[side].append(reply.get("samples_wall") or reply["samples"])
                     step(f"{'warm-up' if index < 0 else f'round {index + 1}/{options.rounds}'} {side}")
     finally:
         for child in children.values():
             bench.end(child)
-    judge_throughput(result, described, rounds["base"], rounds["head"], options.seed)
+        result.wall_s, result.cpu_s = round(time.monotonic() - started, 2), round(cpu, 2)
+    judge_throughput(result, described, rounds["base"], rounds["head"], options.seed, walls)
 
 
 def measure(
