@@ -3,9 +3,9 @@
 ``nox`` (default) runs the lab on the default matrix. ``nox -s side`` fans
 out per fix x side (one CI job each) and ``nox -s merge`` turns their
 observations into verdicts (a sealed run folder) and ``nox -s pack`` packs it
-into the deterministic tarball CI signs. ``nox -s tests`` runs the test suite.
-``nox -s mutation`` (nightly) measures how many small edits to the judging core
-the fast tests catch.
+into the deterministic tarball CI signs. ``nox -s throughput`` adds each fix's
+CPU throughput A/B. ``nox -s tests`` runs the test suite. ``nox -s mutation``
+(nightly) measures how many small edits to the judging core the fast tests catch.
 """
 
 from __future__ import annotations
@@ -74,6 +74,13 @@ def pack(session: nox.Session) -> None:
     """Pack the sealed folder ``merge`` wrote into results/difflab-ci.tar.gz (what CI signs with Sigstore)."""
     _install(session)
     session.run("difflab", "pack", "results/ci-merged", "--output", "results/difflab-ci.tar.gz", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def throughput(session: nox.Session) -> None:
+    """The default matrix with each fix's hot path timed base vs head (``difflab run --throughput``)."""
+    _install(session, "[stats]")
+    session.run("difflab", "run", "--throughput", "--out", "results/throughput", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -41,6 +41,7 @@ NOT_CELLS = {
     "lab": "the side cells plus the merge job do the same work in parallel",
     "merge": "runs as its own job once every side cell has finished",
     "pack": "packs the merge job's sealed run folder, in that job",
+    "throughput": "a timing: the nightly job runs it, not every push on a shared runner",
     "mutation": "nightly: mutmut over the judging core takes several minutes",
 }
 # Extra arguments per session name, so each cell leaves a JUnit file for the report job.

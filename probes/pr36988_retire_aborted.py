@@ -76,41 +76,21 @@ streamer (ZMQ), the bootstrap queue (a list).
 
 from __future__ import annotations
 
-import inspect
 import re
-from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from difflab.probe.kit import Call, Kit, Recorder
+from difflab.probe.kit import Kit
 from harness.features import Machinery
-from harness.requests import (
-    abort_while_running,
-    drop_kv,
-    fake_kv_sender,
-    fake_output_streamer,
-    hold_kv,
-    new_req,
-    set_scheduled_extent,
-)
-from harness.runtime import bare, cache_aborts, ensure_runtime, fake_tree_cache, swapped
+from harness.prefill_results import PROMPT, PrefillScheduler
+from harness.requests import abort_while_running
+from harness.runtime import ensure_runtime
 
-PROMPT = 16
 CHUNK = 8  # a middle chunk covers prompt tokens [0, CHUNK)
 
 
-# ---------------------------------------------------------------------------
-# Version adaptations, by feature.
-#   radix insert of the finished prefill: maybe_cache_unfinished_req (<= 0.5.21),
-#       checkpoint_kv_cache (0.5.22), both module globals of disaggregation.prefill
-#   release_kv_cache(req, cache, is_insert=True) (<= 0.5.21) became
-#       release_kv_cache(req, cache, *, checkpoint) (0.5.22): read the flag by binding
-#       the call to the real signature
-#   the optimistic re-queue asks the tree cache supports_mamba() (0.5.21 only; the
-#       fake answers it on every release, a strict fake forbids missing names only)
-#   the machinery the fix changes: disaggregated prefill's batch-result step (absent before PD existed)
-# ---------------------------------------------------------------------------
+# The machinery the fix changes: disaggregated prefill's batch-result step (absent before PD existed).
 MACHINERY = Machinery(
     "disaggregated prefill result processing",
     "sglang.srt.disaggregation.prefill",
@@ -118,143 +98,17 @@ MACHINERY = Machinery(
 )
 
 
-def _radix_insert_name(prefill: Any) -> str:
-    return "checkpoint_kv_cache" if hasattr(prefill, "checkpoint_kv_cache") else "maybe_cache_unfinished_req"
-
-
-def _release_inserts(release_kv_cache: Callable[..., Any]) -> Callable[[Call], bool]:
-    signature = inspect.signature(release_kv_cache)
-    flag = "checkpoint" if "checkpoint" in signature.parameters else "is_insert"
-
-    def inserts(call: Call) -> bool:
-        bound = signature.bind(*call.args, **call.kwargs)
-        bound.apply_defaults()
-        return bool(bound.arguments[flag])
-
-    return inserts
-
-
-class _Prefill:
-    """One bare scheduler and its recorded collaborators, built fresh per scenario."""
-
-    def __init__(self, kit: Kit, stack: ExitStack) -> None:
-        from sglang.srt.disaggregation import prefill
-        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-        from sglang.srt.managers.scheduler import Scheduler
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-        self.kit = kit
-        self.inserts = _release_inserts(prefill.release_kv_cache)
-        self.release = kit.recorder("release_kv_cache", side_effect=lambda req, *a, **k: drop_kv(req))
-        self.radix_insert = kit.recorder(_radix_insert_name(prefill))
-        stack.enter_context(swapped(prefill, "release_kv_cache", self.release))
-        stack.enter_context(swapped(prefill, _radix_insert_name(prefill), self.radix_insert))
-
-        self.slots = ReqToMetadataIdxAllocator(4)
-        self.metadata_free = kit.recorder("metadata.free", side_effect=self.slots.free)
-        self.slots.free = self.metadata_free
-        self.send = kit.recorder("send_kv_chunk")
-        self.sender_abort: dict[str, Recorder] = {}
-        output_streamer, self.sent = fake_output_streamer(kit)
-        self.tree_cache, self.cache_abort = fake_tree_cache(
-            kit, supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False)
-        )
-        self.bootstrap_queue: list[Any] = []
-        self.scheduler = bare(
-            kit,
-            Scheduler,
-            batch_result_processor=kit.fake(
-                "batch_result_processor",
-                snapshot_auxiliary_output_starts=kit.recorder("snapshot", returns=[]),
-                move_logprobs_to_cpu=kit.recorder("move_logprobs_to_cpu"),
-                consume_auxiliary_output=kit.recorder("consume_auxiliary_output"),
-            ),
-            spec_algorithm=SpeculativeAlgorithm.NONE,
-            tree_cache=self.tree_cache,
-            disagg_prefill_inflight_queue=[],
-            disagg_prefill_pending_chunk_rids=set(),
-            disagg_prefill_bootstrap_queue=kit.fake("disagg_prefill_bootstrap_queue", queue=self.bootstrap_queue),
-            waiting_queue=[],
-            send_kv_chunk=self.send,
-            output_streamer=output_streamer,
-            metrics_reporter=kit.fake(
-                "metrics_reporter", report_prefill_stats=kit.recorder("report"), enable_metrics=False
-            ),
-            return_health_check_ipcs=deque(),  # real maybe_send_health_check_signal: none pending
-            req_to_metadata_buffer_idx_allocator=self.slots,
-            chunked_req=None,
-            forced={"enable_hicache_storage": True},
-        )
-
-    def prefilled(self, rid: str, tokens: int = PROMPT) -> Any:
-        """A bootstrapped request whose prefill ran ``tokens`` tokens: KV row, metadata slot, a real sender."""
-        req = new_req(rid, prompt_len=PROMPT)
-        hold_kv(req, tokens)
-        req.metadata_buffer_index = self.slots.alloc()
-        req.disagg_kv_sender = fake_kv_sender(self.kit.fake("kv_manager"), req)
-        self.sender_abort[req.rid] = self.kit.recorder("sender.abort", side_effect=req.disagg_kv_sender.abort)
-        req.disagg_kv_sender.abort = self.sender_abort[req.rid]
-        req.pending_bootstrap = False
-        set_scheduled_extent(req, 0, PROMPT)
-        return req
-
-    def middle_chunk(self, rid: str, *, start: int, end: int, pending_bootstrap: bool = False) -> Any:
-        """A chunked request with one middle chunk in flight that prefills prompt tokens ``[start, end)``."""
-        req = self.prefilled(rid, tokens=end)
-        set_scheduled_extent(req, start, end)
-        req.inflight_middle_chunks = 1
-        req.pending_bootstrap = pending_bootstrap
-        if not pending_bootstrap:
-            self.scheduler.disagg_prefill_pending_chunk_rids.add(req.rid)  # its chunk's KV send is owed
-        return req
-
-    def result(self, req: Any) -> None:
-        """Deliver one prefill result for ``req`` through the real method."""
-        import torch
-        from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
-        from sglang.srt.managers.utils import GenerationBatchResult
-
-        batch = self.kit.fake("batch", reqs=[req], spec_info=None, prefill_stats=None, dp_cooperation_info=None)
-        result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
-        SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill(self.scheduler, batch, result)
-
-    def counts(self, req: Any) -> dict[str, Any]:
-        """Cumulative effects on ``req`` so far."""
-        return {
-            "release_kv_cache": self.release.count,
-            "release_without_insert": sum(1 for c in self.release.calls if not self.inserts(c)),
-            "radix_insert": self.radix_insert.count,
-            "send_kv_chunk": self.send.count,
-            "send_last_chunk": sum(1 for c in self.send.calls if c.kwargs.get("last_chunk") is True),
-            "metadata_freed": self.metadata_free.count,
-            "cache_aborts": cache_aborts(self.cache_abort),
-            "sender_abort": self.sender_abort[req.rid].count,
-            "streamed": list(self.sent.get(req.rid, [])),
-            "inflight": self.scheduler.disagg_prefill_inflight_queue.count(req),
-            "requeued": req in self.scheduler.waiting_queue or req in self.bootstrap_queue,
-            "pending_chunk": req.rid in self.scheduler.disagg_prefill_pending_chunk_rids,
-            "output_tokens": len(req.output_ids),
-            "retired": req.finished(),
-        }
-
-    def seen(self, req: Any, *names: str) -> dict[str, Any]:
-        """The named effects so far, ``inflight`` as a yes/no."""
-        counts = self.counts(req)
-        counts["inflight"] = counts["inflight"] > 0
-        return {name: counts[name] for name in names}
-
-
 RETIREMENT = ("release_kv_cache", "release_without_insert", "metadata_freed", "cache_aborts", "sender_abort")
 OUTCOME = ("retired", "streamed", "inflight", "send_kv_chunk", "radix_insert")
 
 
-def _scenario(kit: Kit, name: str, body: Callable[[_Prefill], dict[str, Any]]) -> dict[str, Any]:
+def _scenario(kit: Kit, name: str, body: Callable[[PrefillScheduler], dict[str, Any]]) -> dict[str, Any]:
     with ExitStack() as stack:
-        observed = body(_Prefill(kit, stack))
+        observed = body(PrefillScheduler(kit, stack))
     return {f"{name}.{key}": value for key, value in observed.items()}
 
 
-def _final(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
+def _final(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
     req = p.prefilled(rid)
     if aborted:
         abort_while_running(req)
@@ -262,7 +116,7 @@ def _final(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
     return p.seen(req, *RETIREMENT, *OUTCOME, "send_last_chunk", "output_tokens")
 
 
-def _final_pending(p: _Prefill) -> dict[str, Any]:
+def _final_pending(p: PrefillScheduler) -> dict[str, Any]:
     req = p.prefilled("final-pending")
     req.pending_bootstrap = True  # optimistic prefill: the decode side has not bootstrapped yet
     abort_while_running(req)
@@ -270,7 +124,7 @@ def _final_pending(p: _Prefill) -> dict[str, Any]:
     return p.seen(req, "inflight", "radix_insert", "release_without_insert", "send_kv_chunk", "streamed")
 
 
-def _twice(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
+def _twice(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
     req = p.prefilled(rid)
     if aborted:
         abort_while_running(req)
@@ -286,7 +140,7 @@ def _twice(p: _Prefill, rid: str, *, aborted: bool) -> dict[str, Any]:
     }
 
 
-def _grammar(p: _Prefill) -> dict[str, Any]:
+def _grammar(p: PrefillScheduler) -> dict[str, Any]:
     rejected = p.kit.intended_failure("the grammar rejects the sampled token", ValueError)
 
     def accept_token(token: int) -> None:
@@ -300,7 +154,7 @@ def _grammar(p: _Prefill) -> dict[str, Any]:
     }
 
 
-def _mid_last(p: _Prefill) -> dict[str, Any]:
+def _mid_last(p: PrefillScheduler) -> dict[str, Any]:
     # Abort stopped the chunking: no next chunk was launched after [0, CHUNK).
     req = p.middle_chunk("mid-last", start=0, end=CHUNK)
     abort_while_running(req)
@@ -309,7 +163,7 @@ def _mid_last(p: _Prefill) -> dict[str, Any]:
     return seen | {"pending_chunk_cleared": not p.counts(req)["pending_chunk"]}
 
 
-def _mid_still(p: _Prefill) -> dict[str, Any]:
+def _mid_still(p: PrefillScheduler) -> dict[str, Any]:
     # The final chunk [CHUNK, PROMPT) was launched before the abort and is still in flight.
     req = p.middle_chunk("mid-still", start=CHUNK, end=PROMPT)
     abort_while_running(req)
@@ -324,20 +178,20 @@ def _mid_still(p: _Prefill) -> dict[str, Any]:
     }
 
 
-def _mid_pending(p: _Prefill) -> dict[str, Any]:
+def _mid_pending(p: PrefillScheduler) -> dict[str, Any]:
     req = p.middle_chunk("mid-pending", start=0, end=CHUNK, pending_bootstrap=True)
     abort_while_running(req)
     p.result(req)
     return p.seen(req, "requeued", "radix_insert", "release_without_insert", "sender_abort", "retired", "streamed")
 
 
-def _yielded(p: _Prefill) -> dict[str, Any]:
+def _yielded(p: PrefillScheduler) -> dict[str, Any]:
     req = p.middle_chunk("yielded", start=0, end=CHUNK, pending_bootstrap=True)
     p.result(req)
     return p.seen(req, "requeued", "retired", "streamed")
 
 
-def _sender_fails(p: _Prefill) -> dict[str, Any]:
+def _sender_fails(p: PrefillScheduler) -> dict[str, Any]:
     unreachable = p.kit.intended_failure("the KV transport cannot deliver the abort")
     req = p.prefilled("sender-fails")
 
@@ -357,7 +211,7 @@ def _sender_fails(p: _Prefill) -> dict[str, Any]:
     }
 
 
-SCENARIOS: tuple[tuple[str, Callable[[_Prefill], dict[str, Any]]], ...] = (
+SCENARIOS: tuple[tuple[str, Callable[[PrefillScheduler], dict[str, Any]]], ...] = (
     ("aborted", lambda p: _final(p, "aborted", aborted=True)),
     ("normal", lambda p: _final(p, "normal", aborted=False)),
     ("final_pending", _final_pending),

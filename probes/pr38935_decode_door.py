@@ -28,74 +28,24 @@ cache and beam coordinator (GPU memory), the output streamer (ZMQ).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.doors import decode_door
 from harness.features import Machinery
 from harness.requests import abort_while_running, new_req, reject_at_intake
-from harness.runtime import bare, ensure_runtime
-from harness.scheduler import bare_scheduler, retirement_fields
+from harness.runtime import ensure_runtime
+from harness.scheduler import retirement_fields
 
-MAX_TOTAL_TOKENS = 1024
-
-
-# ---------------------------------------------------------------------------
-# Version adaptations of the KV allocator the decode door consults, by feature.
-#   prealloc_ceiling_fits(full, swa): capacity check asks the allocator first (0.5.21)
-#   get_kvcache(): a retracted request asks which pool kind it is (dsv4_needs_rebootstrap, 0.5.22)
-#   the machinery the fix changes: the PD decode admission queue (absent before PD existed)
-# ---------------------------------------------------------------------------
+# The machinery the fix changes: the PD decode admission queue (absent before PD existed).
 MACHINERY = Machinery("PD decode admission queue", "sglang.srt.disaggregation.decode", "DecodePreallocQueue.add")
-
-
-def _allocator(kit: Kit) -> Any:
-    from sglang.srt.mem_cache import common
-    from sglang.srt.mem_cache.allocator import BaseTokenToKVPoolAllocator
-
-    attrs: dict[str, Any] = {"page_size": 1}
-    if hasattr(BaseTokenToKVPoolAllocator, "prealloc_ceiling_fits"):
-        # None: no ceiling of its own, the token capacity is the only bound (the base class answer).
-        attrs["prealloc_ceiling_fits"] = kit.recorder("prealloc_ceiling_fits", returns=None)
-    if hasattr(common, "dsv4_needs_rebootstrap"):
-        attrs["get_kvcache"] = kit.recorder("get_kvcache", returns=kit.fake("kv_pool"))
-    return kit.fake("token_to_kv_pool_allocator", **attrs)
-
-
-def _door(kit: Kit) -> tuple[Any, dict[str, Any]]:
-    """A real DecodePreallocQueue (no constructor) wired to a real, bare Scheduler."""
-    from sglang.srt.disaggregation.decode import DecodePreallocQueue
-    from sglang.srt.disaggregation.utils import TransferBackend
-
-    scheduler, seen = bare_scheduler(kit, enable_hisparse=False)
-    queue = bare(
-        kit,
-        DecodePreallocQueue,
-        scheduler=scheduler,
-        queue=[],
-        pending_reqs=[],
-        retracted_queue=[],
-        max_total_num_tokens=MAX_TOTAL_TOKENS,
-        num_reserved_decode_tokens=0,
-        token_to_kv_pool=kit.fake("token_to_kv_pool"),
-        token_to_kv_pool_allocator=_allocator(kit),
-        transfer_backend=TransferBackend.FAKE,
-        # No prefill peer resolved yet: the request waits in pending_reqs.
-        kv_manager=kit.fake("kv_manager", prefill_info_table={}),
-    )
-    create_receiver = kit.recorder(
-        "_create_receiver_and_enqueue",
-        side_effect=functools.partial(DecodePreallocQueue._create_receiver_and_enqueue, queue),
-    )
-    queue._create_receiver_and_enqueue = create_receiver
-    return queue, {**seen, "create": create_receiver}
 
 
 def _admit(kit: Kit, scenario: str, req: Any, **flags: bool) -> dict[str, Any]:
     """Push ``req`` through the real door (with the caller's re-entry flags) and report."""
     from sglang.srt.disaggregation.decode import DecodePreallocQueue
 
-    queue, seen = _door(kit)
+    queue, seen = decode_door(kit)
     DecodePreallocQueue.add(queue, req, **flags)
     return {
         f"{scenario}.receiver_created": seen["create"].count > 0,

@@ -44,61 +44,17 @@ tokenizer), the tree cache (GPU memory); the beam coordinator's GPU pools.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.doors import NUM_KV_HEADS, prefill_door
 from harness.features import Machinery
 from harness.requests import abort_while_running, hold_kv, new_req, reject_at_intake
-from harness.runtime import bare, ensure_runtime
-from harness.scheduler import bare_scheduler, retirement_fields
+from harness.runtime import ensure_runtime
+from harness.scheduler import retirement_fields
 
-NUM_KV_HEADS = 8
-MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token stub
-
-
-# ---------------------------------------------------------------------------
-# Version adaptations: what the door reads off its queue, by feature.
-#   capacity bound: max_total_num_tokens (<= 0.5.22); max_input_len from the module's
-#       max_bootstrap_input_len (0.5.23)
-#   tp_rank / pp_rank: create_sender hands them to senders whose constructor takes
-#       dest_tp_ranks (<= 0.5.21)
-#   the machinery the fix changes: the PD prefill admission queue (absent before PD existed)
-# ---------------------------------------------------------------------------
+# The machinery the fix changes: the PD prefill admission queue (absent before PD existed).
 MACHINERY = Machinery("PD prefill admission queue", "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue.add")
-
-
-def _queue_reads() -> dict[str, Any]:
-    from sglang.srt.disaggregation import prefill
-    from sglang.srt.disaggregation.base.conn import BaseKVSender
-
-    reads: dict[str, Any] = {}
-    if hasattr(prefill, "max_bootstrap_input_len"):
-        reads["max_input_len"] = prefill.max_bootstrap_input_len(capacity=MAX_TOTAL_TOKENS, page_size=1, shard_size=1)
-    else:
-        reads["max_total_num_tokens"] = MAX_TOTAL_TOKENS
-    if "dest_tp_ranks" in inspect.signature(BaseKVSender.__init__).parameters:
-        reads.update(tp_rank=0, pp_rank=0)
-    return reads
-
-
-def _door(kit: Kit, live_groups: int = 0) -> tuple[Any, dict[str, Any]]:
-    """A real PrefillBootstrapQueue (no constructor) wired to a real, bare Scheduler."""
-    from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-    from sglang.srt.disaggregation.utils import TransferBackend
-
-    scheduler, seen = bare_scheduler(kit, live_groups=live_groups)
-    queue = bare(
-        kit,
-        PrefillBootstrapQueue,
-        scheduler=scheduler,
-        queue=[],
-        transfer_backend=TransferBackend.FAKE,
-        kv_manager=kit.fake("kv_manager"),
-        bootstrap_port=8998,
-        **_queue_reads(),
-    )
-    return queue, seen | {"beams": scheduler.beam_coordinator}
 
 
 def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
@@ -108,7 +64,7 @@ def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
 
     group = req.beam_group
     session = req.session
-    queue, seen = _door(kit, live_groups=int(group is not None))
+    queue, seen = prefill_door(kit, live_groups=int(group is not None))
     PrefillBootstrapQueue.add(queue, req, NUM_KV_HEADS)
     fields = {
         f"{scenario}.enqueued": req in queue.queue,

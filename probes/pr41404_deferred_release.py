@@ -53,6 +53,7 @@ from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
 from harness.decode_kv import DecodeRank, build_decode_rank, prefill_endpoint
+from harness.decode_kv import deliver_abort_ack as harness_deliver_abort_ack
 from harness.features import Machinery
 
 PREFILL_RANKS = 2
@@ -69,21 +70,8 @@ MACHINERY = Machinery(
 
 
 def deliver_abort_ack(rank: DecodeRank, prefill_rank: int, abort_frames: list[bytes]) -> None:
-    """A prefill rank's drain ack for the ABORT it received, as decode's receive thread handles it.
-
-    0.5.22: ABORT and ABORT_ACK carry a generation and decode consumes the ack's
-    wire form (``handle_abort_ack_message``). <= 0.5.21: decode's receive
-    thread calls ``note_abort_ack(room, prefill_rank)`` inline.
-    """
-    from sglang.srt.disaggregation.common import conn
-
-    if hasattr(conn.CommonKVManager, "handle_abort_ack_message"):  # 0.5.22
-        from sglang.srt.disaggregation.common.conn import AbortAck, AbortNotification
-
-        generation = AbortNotification.from_zmq(abort_frames).generation
-        rank.kv_mgr.handle_abort_ack_message(AbortAck(rank.room, prefill_rank, generation).to_zmq())
-    else:
-        rank.kv_mgr.note_abort_ack(rank.room, prefill_rank)
+    """A prefill rank's drain ack for the ABORT it received (the release's wire form: :mod:`harness.decode_kv`)."""
+    harness_deliver_abort_ack(rank.kv_mgr, rank.room, prefill_rank, abort_frames)
 
 
 # --- scenario steps ------------------------------------------------------------------

@@ -374,6 +374,11 @@ def shadowed_class_values(cls: type) -> dict[str, Any]:
     would silently read the class value where the build's constructor computes
     another one; the harness answers them like missing attributes instead.
     """
+    return dict(_shadowed_class_values(cls))
+
+
+@functools.cache
+def _shadowed_class_values(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = {}
     names = class_index(cls).assignments
     for klass in reversed(cls.__mro__):
@@ -408,6 +413,7 @@ def _compiled(text: str, filename: str) -> tuple[Any, str | None]:
     return compile(tree, filename, "eval"), refused
 
 
+@functools.lru_cache(maxsize=1024)
 def _function_object(assignment: Assignment) -> Any:
     owner: Any = sys.modules.get(assignment.module)
     for part in assignment.klass.split("."):
@@ -457,14 +463,21 @@ def class_index_scope(assignment: Assignment) -> dict[str, tuple[tuple[int, str]
     return _SCOPES.get(assignment.scope_key, {})
 
 
+@functools.lru_cache(maxsize=512)
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
 def _parameters(assignment: Assignment, known: dict[str, Any]) -> dict[str, Any]:
     fn = _function_object(assignment)
     out: dict[str, Any] = {}
     if fn is None:
         return out
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
+    signature = _signature(fn)
+    if signature is None:
         return out
     for name, param in signature.parameters.items():
         if name == "self":
@@ -493,6 +506,17 @@ def _evaluate(obj: Any, assignment: Assignment, text: str, lineno: int, paramete
         raise NotEvaluable(f"`{text}` failed here: {type(exc).__name__}: {exc}") from None
 
 
+@functools.cache
+def _register_scopes(cls: type) -> None:
+    """The class's local assignments and stored arguments, known to every evaluation (once per class)."""
+    index = class_index(cls)
+    _SCOPES.update(index.locals)
+    for assignments in index.assignments.values():
+        for a in assignments:
+            if a.text.isidentifier() and not a.conditions:
+                _STORED.setdefault(a.scope_key, {}).setdefault(a.text, a.attribute)
+
+
 def build_default(obj: Any, cls: type, attribute: str, known: dict[str, Any]) -> tuple[Any, Assignment]:
     """The value this build's constructor gives ``attribute`` on ``obj``, and where it comes from.
 
@@ -501,11 +525,7 @@ def build_default(obj: Any, cls: type, attribute: str, known: dict[str, Any]) ->
     when several constructor functions set different values.
     """
     index = class_index(cls)
-    _SCOPES.update(index.locals)
-    for assignments in index.assignments.values():
-        for a in assignments:
-            if a.text.isidentifier() and not a.conditions:
-                _STORED.setdefault(a.scope_key, {}).setdefault(a.text, a.attribute)
+    _register_scopes(cls)
     found = index.assignments.get(attribute, ())
     if not found:
         raise NotEvaluable(f"the constructor of {cls.__name__} does not set {attribute!r}")
@@ -565,5 +585,6 @@ def describe(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+@functools.lru_cache(maxsize=1024)
 def source_line(assignment: Assignment) -> str:
     return textwrap.shorten(f"{assignment.owner}: self.{assignment.attribute} = {assignment.text}", 200)

@@ -30,7 +30,7 @@ from difflab.probe.kit import Kit, Recorder, StrictFake
 from harness.gloo import single_rank_group
 from harness.requests import new_req
 from harness.runtime import swapped
-from harness.strict import strict_instance
+from harness.strict import prime, strict_instance
 from harness.wire import Wire, tcp_endpoint
 
 DECODE_IP = "192.0.2.20"
@@ -161,36 +161,12 @@ def _switch(name: str, on: bool) -> dict[str, Any]:
     return {"forced": {name: True}} if on else {name: False}
 
 
-def build_decode_rank(
-    kit: Kit,
-    *,
-    rid: str,
-    prefill_ranks: int,
-    queue_defers: bool,
-    manager_defers: bool,
-    release_timeout_s: float,
-    notifiable: bool = True,
-    refuse_metadata_at: int | None = None,
-) -> DecodeRank:
-    """A decode rank with one request in the transfer queue, metadata published to prefill.
+def _decode_manager(kit: Kit, manager_defers: bool) -> Any:
+    """The decode rank's real ``MooncakeKVManager`` (decode mode), its bookkeeping from this build's constructor."""
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
+    from sglang.srt.disaggregation.utils import DisaggregationMode
 
-    ``notifiable=False`` models a receiver that never learnt where the prefill
-    ranks are (no bootstrap info), so it has nobody to send an ABORT to and
-    publishes nothing. ``refuse_metadata_at`` makes that prefill rank refuse
-    the metadata once (:meth:`DecodeRank.publish_metadata`).
-    """
-    import torch
-    from sglang.srt.disaggregation.base.conn import KVPoll
-    from sglang.srt.disaggregation.decode import DecodeRequest, DecodeTransferQueue
-    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager, MooncakeKVReceiver
-    from sglang.srt.disaggregation.utils import DisaggregationMode, ReqToMetadataIdxAllocator
-
-    wire = Wire(kit)
-    endpoints = [prefill_endpoint(r) for r in range(prefill_ranks)]
-    req = new_req(rid)  # a real Req with its own bootstrap room
-    room = int(req.bootstrap_room)
-
-    kv_mgr = strict_instance(
+    return strict_instance(
         kit,
         MooncakeKVManager,
         "decode_kv_mgr",
@@ -201,6 +177,33 @@ def build_decode_rank(
         # the Mooncake transfer engine (RDMA): decode only asks it for its session id
         engine=kit.fake("mooncake engine", get_session_id=lambda: DECODE_SESSION),
     )
+
+
+def _receiver_class_attrs(kit: Kit, wire: Wire, prefill_ranks: int) -> dict[str, Any]:
+    """What SGLang keeps on the receiver class (shared by every receiver of the process): sockets, locks."""
+    endpoints = [prefill_endpoint(r) for r in range(prefill_ranks)]
+    return {
+        "_socket_cache": wire.sockets(*endpoints),
+        "_socket_locks": Wire.locks(*endpoints),
+        "_global_lock": threading.Lock(),
+        # Any attempt to open a real socket is reported, not performed.
+        "_ctx": kit.fake("receiver zmq.Context"),
+    }
+
+
+def _receiver(
+    kit: Kit,
+    wire: Wire,
+    kv_mgr: Any,
+    room: int,
+    prefill_ranks: int,
+    notifiable: bool,
+    class_attrs: dict[str, Any] | None = None,
+) -> Any:
+    """A real ``MooncakeKVReceiver`` for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
+
     bootstrap_infos = (
         [
             {"rank_ip": PREFILL_IP, "rank_port": PREFILL_BASE_PORT + r, "is_dummy": False, "pp_rank": 0}
@@ -213,13 +216,7 @@ def build_decode_rank(
         kit,
         MooncakeKVReceiver,
         "kv_receiver",
-        class_attrs={
-            "_socket_cache": wire.sockets(*endpoints),
-            "_socket_locks": Wire.locks(*endpoints),
-            "_global_lock": threading.Lock(),
-            # Any attempt to open a real socket is reported, not performed.
-            "_ctx": kit.fake("receiver zmq.Context"),
-        },
+        class_attrs=class_attrs or _receiver_class_attrs(kit, wire, prefill_ranks),
         kv_mgr=kv_mgr,
         bootstrap_room=room,
         bootstrap_addr=BOOTSTRAP_ADDR,
@@ -233,13 +230,32 @@ def build_decode_rank(
     kv_mgr.required_prefill_response_num_table[room] = prefill_ranks
     kv_mgr.update_status(room, KVPoll.Bootstrapping)
     kv_mgr.update_status(room, KVPoll.WaitingForInput)
+    return receiver
 
-    allocator = ReqToMetadataIdxAllocator(METADATA_SLOTS)
-    slot = allocator.alloc()
-    decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
 
-    metadata_rooms = torch.zeros((METADATA_SLOTS, 8), dtype=torch.int64)
-    metadata_rooms[slot, 0] = room
+@dataclass
+class _QueueParts:
+    queue: Any  # DecodeTransferQueue
+    metrics: StrictFake
+    metadata_rooms: Any  # torch tensor: the bootstrap room each metadata slot holds
+    deferred_outcomes: list[str]
+
+
+def _transfer_queue(
+    kit: Kit,
+    decode_reqs: list[Any],
+    allocator: Any,
+    slots: int,
+    queue_defers: bool,
+    release_timeout_s: float,
+) -> _QueueParts:
+    """The real ``DecodeTransferQueue`` holding ``decode_reqs``, with faked metadata buffers, metrics and scheduler."""
+    import torch
+    from sglang.srt.disaggregation.decode import DecodeTransferQueue
+
+    metadata_rooms = torch.zeros((slots, 8), dtype=torch.int64)
+    for decode_req in decode_reqs:
+        metadata_rooms[decode_req.metadata_buffer_index, 0] = int(decode_req.req.bootstrap_room)
 
     def clear_slot(idx: int) -> None:
         metadata_rooms[idx] = 0
@@ -269,7 +285,7 @@ def build_decode_rank(
         kit,
         DecodeTransferQueue,
         "transfer_queue",
-        queue=[decode_req],
+        queue=list(decode_reqs),
         gloo_group=single_rank_group(),
         req_to_metadata_buffer_idx_allocator=allocator,
         tp_rank=0,
@@ -287,17 +303,146 @@ def build_decode_rank(
         **_switch("enable_deferred_kv_release", queue_defers),
         deferred_kv_release_timeout=release_timeout_s,
     )
+    return _QueueParts(queue, metrics, metadata_rooms, deferred_outcomes)
+
+
+def build_decode_rank(
+    kit: Kit,
+    *,
+    rid: str,
+    prefill_ranks: int,
+    queue_defers: bool,
+    manager_defers: bool,
+    release_timeout_s: float,
+    notifiable: bool = True,
+    refuse_metadata_at: int | None = None,
+) -> DecodeRank:
+    """A decode rank with one request in the transfer queue, metadata published to prefill.
+
+    ``notifiable=False`` models a receiver that never learnt where the prefill
+    ranks are (no bootstrap info), so it has nobody to send an ABORT to and
+    publishes nothing. ``refuse_metadata_at`` makes that prefill rank refuse
+    the metadata once (:meth:`DecodeRank.publish_metadata`).
+    """
+    from sglang.srt.disaggregation.decode import DecodeRequest
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+    wire = Wire(kit)
+    req = new_req(rid)  # a real Req with its own bootstrap room
+    room = int(req.bootstrap_room)
+    kv_mgr = _decode_manager(kit, manager_defers)
+    receiver = _receiver(kit, wire, kv_mgr, room, prefill_ranks, notifiable)
+    allocator = ReqToMetadataIdxAllocator(METADATA_SLOTS)
+    slot = allocator.alloc()
+    decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
+    parts = _transfer_queue(kit, [decode_req], allocator, METADATA_SLOTS, queue_defers, release_timeout_s)
     rank = DecodeRank(
         kit=kit,
         wire=wire,
-        queue=queue,
+        queue=parts.queue,
         kv_mgr=kv_mgr,
         receiver=receiver,
         decode_req=decode_req,
         release_kv_cache=kit.recorder("release_kv_cache"),
-        metrics=metrics,
-        deferred_outcomes=deferred_outcomes,
+        metrics=parts.metrics,
+        deferred_outcomes=parts.deferred_outcomes,
     )
     if notifiable:
         rank.publish_metadata(refused_by=refuse_metadata_at)
     return rank
+
+
+@dataclass
+class DecodeRooms:
+    """One decode rank holding many rooms at once: one KV manager and transfer queue, a receiver per room.
+
+    :meth:`admit` adds requests the way ``build_decode_rank`` builds its one: a real
+    ``Req``, a real bootstrapped receiver, a metadata slot of the real allocator, the
+    destination published to every prefill rank through the real ``send_metadata``.
+    """
+
+    kit: Kit
+    wire: Wire
+    kv_mgr: Any
+    queue: Any  # DecodeTransferQueue
+    metadata_rooms: Any
+    release_kv_cache: Recorder
+    prefill_ranks: int
+    receiver_class_attrs: dict[str, Any]
+
+    @property
+    def allocator(self) -> Any:
+        return self.queue.req_to_metadata_buffer_idx_allocator
+
+    def admit(self, rids: list[str]) -> list[Any]:
+        """New requests in the transfer queue, their metadata published; returns their ``DecodeRequest``s."""
+        import numpy as np
+        from sglang.srt.disaggregation.decode import DecodeRequest
+
+        added = []
+        for rid in rids:
+            req = new_req(rid)
+            room = int(req.bootstrap_room)
+            receiver = _receiver(
+                self.kit, self.wire, self.kv_mgr, room, self.prefill_ranks, True, self.receiver_class_attrs
+            )
+            slot = self.allocator.alloc()
+            if slot is None:
+                raise RuntimeError(f"no free metadata slot for {rid}: the rooms outgrew the allocator")
+            self.metadata_rooms[slot, 0] = room
+            decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
+            receiver.send_metadata(np.array([10, 11, 12, 13], dtype=np.int32), slot)
+            prime(receiver)  # what earlier receivers read from the constructor, read now, not on the hot path
+            self.queue.queue.append(decode_req)
+            added.append(decode_req)
+        return added
+
+    def slot_free(self, decode_req: Any) -> bool:
+        return int(decode_req.metadata_buffer_index) in self.allocator.free_slots
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Patch ``release_kv_cache`` at decode.py's import site."""
+        from sglang.srt.disaggregation import decode
+
+        with swapped(decode, "release_kv_cache", self.release_kv_cache):
+            yield
+
+
+def build_decode_rooms(kit: Kit, *, slots: int, prefill_ranks: int, release_timeout_s: float) -> DecodeRooms:
+    """An empty decode rank with deferred release forced on (queue and manager), room for ``slots`` requests."""
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+    wire = Wire(kit)
+    kv_mgr = _decode_manager(kit, manager_defers=True)
+    allocator = ReqToMetadataIdxAllocator(slots)
+    parts = _transfer_queue(kit, [], allocator, slots, True, release_timeout_s)
+    return DecodeRooms(
+        kit=kit,
+        wire=wire,
+        kv_mgr=kv_mgr,
+        queue=parts.queue,
+        metadata_rooms=parts.metadata_rooms,
+        release_kv_cache=kit.recorder("release_kv_cache"),
+        prefill_ranks=prefill_ranks,
+        receiver_class_attrs=_receiver_class_attrs(kit, wire, prefill_ranks),
+    )
+
+
+# --- version adaptation: a prefill rank's drain ack, as decode's receive thread handles it -------------
+def deliver_abort_ack(kv_mgr: Any, room: int, prefill_rank: int, abort_frames: list[bytes]) -> None:
+    """A prefill rank's drain ack for the ABORT it received.
+
+    0.5.22: ABORT and ABORT_ACK carry a generation and decode consumes the ack's
+    wire form (``handle_abort_ack_message``). <= 0.5.21: decode's receive
+    thread calls ``note_abort_ack(room, prefill_rank)`` inline.
+    """
+    from sglang.srt.disaggregation.common import conn
+
+    if hasattr(conn.CommonKVManager, "handle_abort_ack_message"):  # 0.5.22
+        from sglang.srt.disaggregation.common.conn import AbortAck, AbortNotification
+
+        generation = AbortNotification.from_zmq(abort_frames).generation
+        kv_mgr.handle_abort_ack_message(AbortAck(room, prefill_rank, generation).to_zmq())
+    else:
+        kv_mgr.note_abort_ack(room, prefill_rank)

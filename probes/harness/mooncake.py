@@ -160,8 +160,8 @@ class PrefillRank:
             self.send_result = saved
         return self.send_kvcache.count > before
 
-    def sender(self) -> Any:
-        """The real ``MooncakeKVSender`` of this room, as the scheduler holds it on ``req.disagg_kv_sender``."""
+    def sender(self, room: int | None = None) -> Any:
+        """The real ``MooncakeKVSender`` of this room (or ``room``), as ``req.disagg_kv_sender`` holds it."""
         from sglang.srt.disaggregation.common.utils import TraceNullContext
         from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
 
@@ -170,7 +170,7 @@ class PrefillRank:
             MooncakeKVSender,
             "kv_sender",
             kv_mgr=self.mgr,
-            bootstrap_room=self.room,
+            bootstrap_room=self.room if room is None else room,
             conclude_state=None,
             _owns_bootstrap_room=True,
             trace_ctx=TraceNullContext(),
@@ -180,8 +180,12 @@ class PrefillRank:
         """The scheduler is done with the request: the real sender's ``clear()`` forgets the room."""
         self.sender().clear()
 
-    def open_room(self, room: int | None = None) -> None:
-        """A new request takes the room: Bootstrapping (sender created), then WaitingForInput (metadata in)."""
+    def open_room(self, room: int | None = None, session: str = DECODE_SESSION) -> None:
+        """A new request takes the room: Bootstrapping (sender created), then WaitingForInput (metadata in).
+
+        ``session`` is the decode rank's Mooncake session the room's KV goes to (registered
+        with :meth:`register_decode_session`; the default one is registered at build time).
+        """
         import numpy as np
         from sglang.srt.disaggregation.base.conn import KVPoll
         from sglang.srt.disaggregation.mooncake.conn import TransferInfo
@@ -189,11 +193,11 @@ class PrefillRank:
         room = self.room if room is None else room
         self.mgr.update_status(room, KVPoll.Bootstrapping)
         self.mgr.transfer_infos[room] = {
-            DECODE_SESSION: TransferInfo(
+            session: TransferInfo(
                 room=room,
                 endpoint=DECODE_IP,
                 dst_port=DECODE_PORT,
-                mooncake_session_id=DECODE_SESSION,
+                mooncake_session_id=session,
                 dst_kv_indices=np.array([10, 11, 12, 13], dtype=np.int32),
                 dst_aux_index=0,
                 dst_state_indices=[],
@@ -203,10 +207,36 @@ class PrefillRank:
         }
         self.mgr.update_status(room, KVPoll.WaitingForInput)
 
+    def register_decode_session(self, session: str) -> None:
+        """Another decode rank registers its buffers (as its ``send_kv_args`` would): a session of its own."""
+        self.mgr.decode_kv_args_table[session] = decode_registration(session)
+
+
+def decode_registration(session: str) -> Any:
+    """What a decode rank registers with prefill: its Mooncake session and where its buffers are."""
+    from sglang.srt.disaggregation.mooncake.conn import KVArgsRegisterInfo
+
+    return KVArgsRegisterInfo(
+        room="None",
+        endpoint=DECODE_IP,
+        dst_port=DECODE_PORT,
+        mooncake_session_id=session,
+        dst_kv_ptrs=[0x30000, 0x40000],
+        dst_aux_ptrs=[0x50000],
+        dst_state_data_ptrs=[],
+        dst_tp_rank=0,
+        dst_attn_tp_size=1,
+        dst_kv_item_len=256,
+        dst_state_item_lens=[],
+        dst_state_dim_per_tensor=[],
+        dst_kv_layer_ids=[0],
+        dst_state_layer_ids=[],
+    )
+
 
 def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) -> PrefillRank:
     """A prefill rank whose room is waiting for input, decode registered and deferred release on."""
-    from sglang.srt.disaggregation.mooncake.conn import KVArgsRegisterInfo, MooncakeKVManager
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
     ensure_runtime()
@@ -243,24 +273,7 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         enable_all_cp_ranks_for_transfer=False,
         enable_trace=False,
         # room, session and deferred-ack bookkeeping: this build's constructor makes its own
-        decode_kv_args_table={
-            DECODE_SESSION: KVArgsRegisterInfo(
-                room="None",
-                endpoint=DECODE_IP,
-                dst_port=DECODE_PORT,
-                mooncake_session_id=DECODE_SESSION,
-                dst_kv_ptrs=[0x30000, 0x40000],
-                dst_aux_ptrs=[0x50000],
-                dst_state_data_ptrs=[],
-                dst_tp_rank=0,
-                dst_attn_tp_size=1,
-                dst_kv_item_len=256,
-                dst_state_item_lens=[],
-                dst_state_dim_per_tensor=[],
-                dst_kv_layer_ids=[0],
-                dst_state_layer_ids=[],
-            )
-        },
+        decode_kv_args_table={DECODE_SESSION: decode_registration(DECODE_SESSION)},
         # the wire to decode
         _socket_lock=threading.Lock(),
         _socket_cache=wire.sockets(decode),

@@ -6,15 +6,17 @@ stdout carries only results, printed verbatim (JSON, a verdict line, a lock list
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict
 from difflab.observation import Observation
 from difflab.runner.base import ProbeJob, Runner
@@ -73,6 +75,26 @@ class Reporter:
 
             return runner.run(jobs, on_done=done)
 
+    @contextlib.contextmanager
+    def steps(self, label: str, total: int) -> Iterator[Callable[[str], None]]:
+        """A bar for ``total`` steps of one task; the callable advances it and says what was done."""
+        with Progress(
+            TextColumn(f"[bold]{label}[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self.console,
+            transient=False,
+        ) as bar:
+            task = bar.add_task("", total=total)
+
+            def step(description: str) -> None:
+                with self._lock:
+                    bar.update(task, advance=1, description=description)
+
+            yield step
+
     def table(self, verdicts: list[FixVerdict], out: Path | None = None) -> None:
         table = Table(title="verdicts", show_lines=False)
         for col in ("fix", "base", "head", "verdict", "reason"):
@@ -89,3 +111,27 @@ class Reporter:
         self.console.print(table)
         if out is not None:
             self.console.print(f"results: {out}")
+
+    def throughput_table(self, results: list[ThroughputResult], fail_above: float | None = None) -> None:
+        """Per fix: the asv mark, ratio head/base of time per item, its interval, p, the exponents."""
+        table = Table(title="throughput (CPU time per item, head / base)", show_lines=False)
+        for col in ("fix", "", "ratio", "95% CI", "p", "exponent base → head", ""):
+            table.add_column(col, overflow="fold")
+        for r in results:
+            if not r.ok or r.comparison is None or r.exponent is None or r.ci is None:
+                why = (r.reason or "").splitlines()[0] if r.reason else ""
+                table.add_row(r.label, "", "", "", "", "", f"{r.status}: {why}")
+                continue
+            style = {"+": "red", "-": "green"}.get(r.mark, "")
+            mark = f"[{style}]{r.mark}[/{style}]" if style else r.mark
+            failing = "[bold red]fails[/bold red]" if r.fails(fail_above) else ""
+            table.add_row(
+                r.label,
+                mark,
+                f"{r.ratio:.3f}",
+                f"{r.ci[0]:.3f}–{r.ci[1]:.3f}",
+                f"{r.comparison.p_value:.2g}",
+                f"{r.exponent.base:+.2f} → {r.exponent.head:+.2f}",
+                failing,
+            )
+        self.console.print(table)

@@ -95,6 +95,35 @@ def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any], not
 _MISSING = object()
 
 
+def _throughput(run_dir: Path) -> dict[str, Any]:
+    diff = _read(run_dir / layout.DIFF_JSON) or {}
+    fixes = [f for f in diff.get("fixes") or [] if isinstance(f, dict) and isinstance(f.get("throughput"), dict)]
+    return {str(f.get("id", f.get("fix"))): f["throughput"] for f in fixes}
+
+
+def _compare_throughput(old: dict[str, Any], new: dict[str, Any], notes: list[str]) -> Iterator[Difference]:
+    """A timing never repeats exactly: the re-run's ratio must fall inside the recorded interval.
+
+    Outside it but with overlapping intervals is a note (two noisy estimates of one ratio);
+    disjoint intervals are a difference.
+    """
+    for fix, recorded in sorted(old.items()):
+        ci, ratio = recorded.get("ci"), recorded.get("ratio")
+        if recorded.get("status") != "ok" or not ci or ratio is None:
+            continue
+        now = new.get(fix) or {}
+        now_ratio, now_ci = now.get("ratio"), now.get("ci") or [now.get("ratio")] * 2
+        where = f"fix {fix} throughput ratio"
+        if now.get("status") != "ok" or now_ratio is None:
+            yield Difference(where, ratio, now.get("status") or "(absent)")
+        elif not ci[0] <= now_ratio <= ci[1]:
+            if now_ci[1] < ci[0] or now_ci[0] > ci[1]:
+                yield Difference(f"{where} (recorded 95% CI {ci[0]:.3f}-{ci[1]:.3f})", ratio, now_ratio)
+            else:
+                span = f"{ci[0]:.3f}-{ci[1]:.3f}"
+                notes.append(f"{where}: {now_ratio:.3f} is outside the recorded CI {span}; the intervals overlap")
+
+
 def compare_runs(recorded: Path, rerun: Path) -> ReproduceReport:
     """Differences in verdicts and observations; environment drift is a note, not a difference."""
     report = ReproduceReport(rerun_dir=rerun)
@@ -103,6 +132,7 @@ def compare_runs(recorded: Path, rerun: Path) -> ReproduceReport:
         old, new = old_verdicts.get(fix, "(absent)"), new_verdicts.get(fix, "(absent)")
         if old != new:
             report.differences.append(Difference(f"fix {fix} verdict", old, new))
+    report.differences.extend(_compare_throughput(_throughput(recorded), _throughput(rerun), report.notes))
     old_obs, new_obs = _observations(recorded), _observations(rerun)
     for rel in layout.bytewise(set(old_obs) | set(new_obs)):
         old, new = old_obs.get(rel), new_obs.get(rel)

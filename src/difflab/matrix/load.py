@@ -43,6 +43,7 @@ _FIX_KEYS = {
     "probes",
     "mutations",
     "hunks",
+    "throughput",
 }
 _HUNK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -244,6 +245,21 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dic
     return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets), hunks=tuple(reverted))
 
 
+def _throughput(w: _Where, where: str, raw: Any) -> str | None:
+    """``[fixes.throughput] probe = "<name>"``: the probe in ``probes/throughput/`` timing the fix's hot path."""
+    if raw is None:
+        return None
+    table = _table(w, where, raw)
+    unknown = set(table) - {"probe"}
+    if unknown:
+        raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
+    name = _str(w, f"{where}.probe", table.get("probe"))
+    assert name is not None
+    if not _PROBE_NAME.match(name):
+        raise w.fail(f"{where}.probe", f"{name!r} is not a probe module name")
+    return name
+
+
 def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fix:
     table = _table(w, f"fixes[{index}]", raw)
     fix_id = table.get("id")
@@ -322,6 +338,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         probes=probes,
         mutations=mutations,
         hunks=tuple(hunk_list),
+        throughput=_throughput(w, f"{where}.throughput", table.get("throughput")),
     )
 
 

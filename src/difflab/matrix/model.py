@@ -116,6 +116,8 @@ class Fix:
     upstream_tests: tuple[UpstreamTestFile, ...] = ()
     mutations: tuple[Mutation, ...] = ()
     hunks: tuple[Hunk, ...] = ()
+    throughput: str | None = None
+    """The throughput probe (``probes/throughput/<name>.py``) timing the fix's hot path, if any."""
 
     @property
     def label(self) -> str:

@@ -31,16 +31,20 @@ from difflab.probe import process, stubs
 from difflab.probe.kit import Kit, MissingFakeAttribute, NotApplicable
 
 
-def load_probe(path: Path) -> Any:
-    """Import a probe module from its file; its folder goes on ``sys.path`` for shared helpers."""
+def load_probe(path: Path, entry: str = "observe") -> Any:
+    """Import a probe module from its file; its folder goes on ``sys.path`` for shared helpers.
+
+    ``entry`` is the function it must define: ``observe(kit)``, or ``workloads(kit)`` for a
+    throughput probe.
+    """
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"difflab_probe_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load probe {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    if not callable(getattr(module, "observe", None)):
-        raise ImportError(f"probe {path} defines no observe(kit) function")
+    if not callable(getattr(module, entry, None)):
+        raise ImportError(f"probe {path} defines no {entry}(kit) function")
     return module
 
 

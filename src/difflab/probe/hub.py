@@ -22,11 +22,14 @@ Lab → hub, one JSON object per line:
 
 - ``{"op": "open", "server": S, "root": DIR, "preload": [...], "log": FILE, "timeout_s": T}``
 - ``{"op": "run", "server": S, "job": N, "probe": FILE, "out": FILE, "log": FILE, "timeout_s": T}``
+- ``{"op": "bench", "server": S, "job": N, "probe": FILE, "log": FILE, "timeout_s": T}`` (a throughput
+  bench child, :mod:`difflab.probe.bench`), then ``round`` / ``end`` for its job, passed on to it
 - ``{"op": "close", "server": S}``; end of input stops everything.
 
 Hub → lab: ``hub-ready``, ``ready`` / ``server-failed`` (per server),
 ``started`` and ``done`` (per job: exit code, signal, ``timed_out``,
-``unsafe``), ``closed``. The probe's stdout and stderr go to its log file,
+``unsafe``), ``closed``; a bench child's ``bench-ready``, ``bench-failed`` and
+``round`` messages, with its server and job. The probe's stdout and stderr go to its log file,
 after a copy of what its server printed while importing (so a warm log reads
 like a fresh process's log).
 """
@@ -116,7 +119,7 @@ class Hub:
             return
         handle = self.servers.get(name)
         if handle is None:
-            if op == "run":
+            if op in ("run", "bench"):
                 process.write_line(
                     self.out,
                     {

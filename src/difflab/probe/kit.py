@@ -197,6 +197,15 @@ class Kit:
     """Reads answered with AttributeError because the real object lacks the attribute as well."""
     intended_messages: list[str] = field(default_factory=list)
     """Messages of the failures the scenario staged that were raised (see :meth:`intended_failure`)."""
+    _seen: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    """What :attr:`defaults`, :attr:`forced` and :attr:`fallbacks` already hold (a bench builds thousands alike)."""
+
+    def _first(self, kind: str, entry: dict[str, Any]) -> bool:
+        key = (kind, repr(sorted(entry.items())))
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
 
     # -- what SGLang is this? -------------------------------------------------
     @functools.cached_property
@@ -262,7 +271,7 @@ class Kit:
     def build_default(self, attribute: str, value: str, origin: str) -> None:
         """``attribute`` was not given by the probe; the build's constructor code gave ``value``."""
         entry = {"attribute": attribute, "value": value, "from": origin}
-        if entry not in self.defaults:
+        if self._first("default", entry):
             self.defaults.append(entry)
 
     def forced_flag(self, attribute: str, value: Any, default: Any, origin: str, env: list[str]) -> None:
@@ -270,13 +279,13 @@ class Kit:
         if not isinstance(default, bool | int | float | str | type(None)):
             default = repr(default)
         entry = {"attribute": attribute, "value": value, "build_default": default, "from": origin, "env": env}
-        if entry not in self.forced:
+        if self._first("forced", entry):
             self.forced.append(entry)
 
     def fallback(self, attribute: str, why: str) -> None:
         """A read of ``attribute`` raised AttributeError on purpose (the real object lacks it too)."""
         entry = {"attribute": attribute, "why": why}
-        if entry not in self.fallbacks:
+        if self._first("fallback", entry):
             self.fallbacks.append(entry)
 
     # -- events and logs -----------------------------------------------------
@@ -285,18 +294,31 @@ class Kit:
         self.events.append({"event": name, **data})
 
     def allow_log(self, pattern: str) -> None:
-        """An ERROR log matching ``pattern`` is expected in this scenario (e.g. 'transfer failed')."""
-        self.allowed_log_patterns.append(re.compile(pattern))
+        """An ERROR log matching ``pattern`` is expected in this scenario (e.g. 'transfer failed').
+
+        Allowing the same pattern again changes nothing (a bench allows it once per request).
+        """
+        if all(p.pattern != pattern for p in self.allowed_log_patterns):
+            self.allowed_log_patterns.append(re.compile(pattern))
 
     @contextlib.contextmanager
-    def capture_logs(self) -> Iterator[None]:
+    def capture_logs(self, open_pd_loggers: bool = True) -> Iterator[None]:
         """Collect ERROR records from every logger, and exception-carrying PD records at any level.
 
         The PD loggers are opened down to DEBUG while the body runs; the records
         this adds are kept out of the other handlers (the probe's log stays as it was).
+        ``open_pd_loggers=False`` keeps their levels (a throughput bench times the
+        path with the deployment's log levels); ERROR records are still collected.
         """
         handler = _Collector(self.logged_errors)
         root = logging.getLogger()
+        if not open_pd_loggers:
+            root.addHandler(handler)
+            try:
+                yield
+            finally:
+                root.removeHandler(handler)
+            return
         watched = logging.getLogger(WATCHED_LOGGER)
         threshold = watched.getEffectiveLevel()
         quiet = _Below(threshold)

@@ -70,6 +70,22 @@ class Lines:
         *lines, self.buffer = self.buffer.split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
 
+    def read_all(self) -> list[dict[str, Any]]:
+        """Every message available now: until the writer is gone or nothing more is waiting."""
+        out: list[dict[str, Any]] = []
+        while not self.eof:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.eof = True
+                break
+            self.buffer += chunk
+            *lines, self.buffer = self.buffer.split(b"\n")
+            out += [json.loads(line) for line in lines if line.strip()]
+        return out
+
 
 class ChildWatch:
     """SIGCHLD through a self-pipe, so one ``select`` waits for input and exits alike."""

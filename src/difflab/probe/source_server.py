@@ -2,8 +2,13 @@
 
 Forked from the hub (:mod:`difflab.probe.hub`) with its inbox and outbox pipes; imports the
 source's SGLang (``SERVER_PRELOAD``), reports ``ready``, then forks one probe process per
-``run`` request, kills it at its deadline and reports ``started`` and ``done``. Standard
-library only, like the rest of :mod:`difflab.probe`.
+``run`` request, kills it at its deadline and reports ``started`` and ``done``.
+
+A ``bench`` request forks a throughput bench child instead (:mod:`difflab.probe.bench`),
+which stays alive with a pipe of its own: ``round`` and ``end`` requests for its job are
+passed on to it (each one moves its deadline), and whatever it answers is relayed with
+this server's name and the job added. Standard library only, like the rest of
+:mod:`difflab.probe`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.probe import stubs
+from difflab.probe.bench import bench_main
 from difflab.probe.child import run_probe, write_atomic
 from difflab.probe.process import (
     EXIT_CRASH,
@@ -89,6 +95,10 @@ class Running:
     deadline: float
     started: float
     timed_out: bool = False
+    to_child: int | None = None
+    """A bench child's inbox (the server writes its requests there)."""
+    from_child: Lines | None = None
+    """A bench child's outbox (the server relays what arrives)."""
 
 
 @dataclass
@@ -141,18 +151,27 @@ class SourceServer:
         while True:
             deadlines = [r.deadline for r in self.running.values() if not r.timed_out]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            readable, _, _ = select.select([inbox.fd, watch.rfd], [], [], timeout)
+            benches = {r.from_child.fd: r for r in self.running.values() if r.from_child and not r.from_child.eof}
+            readable, _, _ = select.select([inbox.fd, watch.rfd, *benches], [], [], timeout)
             if watch.rfd in readable:
                 watch.drain()
+            for fd, run in benches.items():
+                if fd in readable:
+                    self.relay(run)
             ended = exited(before_reap=self.end_group)
             for pid, status in ended:
                 self.finished(pid, status)
             if ended:
                 end_strays(keep=self.running)  # what the probes that ended left behind
             for msg in inbox.read() if inbox.fd in readable else []:
-                if msg.get("op") == "run":
+                op = msg.get("op")
+                if op == "run":
                     self.start(msg, watch)
-                elif msg.get("op") == "close":
+                elif op == "bench":
+                    self.start_bench(msg, watch)
+                elif op in ("round", "end"):
+                    self.pass_on(msg)
+                elif op == "close":
                     inbox.eof = True
             now = time.monotonic()
             for r in self.running.values():
@@ -178,7 +197,8 @@ class SourceServer:
         if pid in self.running:
             kill_group(pid)
 
-    def start(self, req: dict[str, Any], watch: ChildWatch) -> None:
+    def refuse_unsafe(self, req: dict[str, Any]) -> bool:
+        """Forking with threads is not safe: say so (the lab runs the job elsewhere or reports it)."""
         threads = thread_count()
         if threads > 1:
             write_line(
@@ -191,18 +211,65 @@ class SourceServer:
                     "unsafe": f"server has {threads} threads; forking it is not safe",
                 },
             )
+        return threads > 1
+
+    def start(self, req: dict[str, Any], watch: ChildWatch) -> None:
+        if self.refuse_unsafe(req):
             return
         pid = fork_child()
         if pid == 0:
-            probe_main(req, self.log, [self.inbox, self.outbox, watch.rfd, watch.wfd])
+            probe_main(req, self.log, [self.inbox, self.outbox, watch.rfd, watch.wfd, *self.bench_fds()])
         now = time.monotonic()
         self.running[pid] = Running(req["job"], pid, now + float(req.get("timeout_s") or 180.0), now)
         write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})
+
+    def start_bench(self, req: dict[str, Any], watch: ChildWatch) -> None:
+        """Fork a throughput bench child with a pipe each way; it waits for its first ``round``."""
+        if self.refuse_unsafe(req):
+            return
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        pid = fork_child()
+        if pid == 0:
+            closing = [self.inbox, self.outbox, watch.rfd, watch.wfd, to_w, from_r, *self.bench_fds()]
+            bench_main(req, self.log, closing, to_r, from_w)
+        os.close(to_r)
+        os.close(from_w)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        now = time.monotonic()
+        deadline = now + float(req.get("timeout_s") or 180.0)
+        self.running[pid] = Running(req["job"], pid, deadline, now, to_child=to_w, from_child=Lines(from_r))
+        write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})
+
+    def bench_fds(self) -> list[int]:
+        """The server's ends of its bench children's pipes (a new child must not hold them)."""
+        return [fd for r in self.running.values() if r.from_child for fd in (r.to_child, r.from_child.fd) if fd]
+
+    def pass_on(self, req: dict[str, Any]) -> None:
+        """A ``round`` or ``end`` for a bench child: written to its inbox, its deadline moved."""
+        run = next((r for r in self.running.values() if r.job == req.get("job") and r.to_child), None)
+        if run is None or run.timed_out:
+            return  # it ended: its ``done`` event says how
+        run.deadline = time.monotonic() + float(req.get("timeout_s") or 180.0)
+        with contextlib.suppress(OSError):  # it died meanwhile; ``done`` follows
+            write_line(run.to_child, {k: v for k, v in req.items() if k not in ("server", "job", "timeout_s")})
+
+    def relay(self, run: Running) -> None:
+        """What a bench child said, with this server and the job added."""
+        assert run.from_child is not None
+        for msg in run.from_child.read_all():
+            write_line(self.outbox, {**msg, "server": self.name, "job": run.job})
 
     def finished(self, pid: int, status: int) -> None:
         run = self.running.pop(pid, None)
         if run is None:
             return
+        if run.from_child is not None:
+            self.relay(run)  # its last words come before its ``done``
+            for fd in (run.to_child, run.from_child.fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)  # type: ignore[arg-type]
         code = os.waitstatus_to_exitcode(status)
         write_line(
             self.outbox,

@@ -246,6 +246,15 @@ class WarmRunner:
             shutil.rmtree(work, ignore_errors=True)
         return [r for r in results if r is not None]
 
+    def hub(self) -> _Hub:
+        """The hub, started on first use; a throughput bench session shares it with probe runs."""
+        return self._hub_for(childlib.stage(self.cache))
+
+    def server_name(self) -> str:
+        """A name no other server of this runner has had."""
+        self._names += 1
+        return f"s{self._names}"
+
     def _hub_for(self, child_root: Path) -> _Hub:
         if self._hub is not None and (not self._hub.alive or self._hub.child_digest != childlib.child_digest()):
             self.close()
@@ -329,8 +338,7 @@ class WarmRunner:
         while waiting or servers:
             while waiting and len(servers) < self.workers:
                 (root, _digest), idx = waiting.popleft()
-                self._names += 1
-                server = _Server(name=f"s{self._names}", pending=idx)
+                server = _Server(name=self.server_name(), pending=idx)
                 servers[server.name] = server
                 hub.send(
                     {

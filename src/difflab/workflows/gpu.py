@@ -29,7 +29,6 @@ from difflab.gpu.images import ImageMap
 from difflab.gpu.report import preflight_section, throughput_section
 from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailable
 from difflab.gpu.scenarios.throughput import THROUGHPUT, ABResult, run_ab
-from difflab.gpu.stats import DEFAULT_SEED
 from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
 from difflab.gpu.verdicts import judge_throughput
 from difflab.matrix import Fix, Matrix, load_matrix
@@ -40,6 +39,7 @@ from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.progress import Reporter
 from difflab.report import write_reports
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
+from difflab.stats.compare import DEFAULT_SEED
 from difflab.testing.testserver import base_config, head_config
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from difflab.bundle import layout, pack
 from difflab.bundle.compare import ReproduceReport, compare_runs
@@ -25,6 +26,7 @@ from difflab.errors import ConfigError, VerificationFailed
 from difflab.observation import SIDES
 from difflab.runner import RUNNERS, runner_class
 from difflab.workflows.run import RunRequest, execute
+from difflab.workflows.throughput import ThroughputOptions
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class RerunSpec:
     repo: str | None
     runner: str
     sides: tuple[str, ...] | None = None  # only for a one-side (``observe``) recording
+    throughput: dict[str, Any] | None = None  # the recorded --throughput settings, if any
 
 
 Executor = Callable[[RerunSpec], Path]
@@ -51,6 +54,8 @@ def pipeline_executor(spec: RerunSpec) -> Path:
     fields = {k: getattr(spec, k) for k in ("matrix", "fixes", "out", "source_kind", "repo", "runner")}
     if spec.sides is not None:
         fields["sides"] = spec.sides
+    if spec.throughput is not None:
+        fields["throughput"] = ThroughputOptions.from_record(spec.throughput)
     return execute(RunRequest(**fields, bundle=False, use_cache=False)).out_dir
 
 
@@ -71,6 +76,7 @@ def spec_for(bundle_root: Path, out: Path) -> RerunSpec:
         repo=run.get("repo"),
         runner=str((run.get("runner") or {}).get("name") or "subprocess"),
         sides=tuple(str(s) for s in sides) if one_side else None,
+        throughput=run["throughput"] if isinstance(run.get("throughput"), dict) else None,
     )
 
 

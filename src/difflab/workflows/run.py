@@ -7,11 +7,14 @@ good result.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difflab import stats
 from difflab.bundle import seal
+from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
@@ -24,6 +27,7 @@ from difflab.report import write_reports
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
 from difflab.runner.jobs import Sources, check_probe_files
+from difflab.runner.warm import WarmRunner
 from difflab.source import MaterialisedSource, source_class
 from difflab.source.sides import Say, materialise_sides, source_label
 from difflab.upstream_tests import (
@@ -37,6 +41,7 @@ from difflab.upstream_tests import (
 )
 from difflab.workflows.observe import ProbeOptions, observe
 from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
+from difflab.workflows.throughput import ThroughputOptions, gate_exit, measure
 
 
 @dataclass(kw_only=True)
@@ -51,6 +56,8 @@ class RunRequest(ProbeOptions):
     selfcheck: bool = False
     upstream_tests: Path | None = None
     """A folder laid out like SGLang's repository with the fixes' own test files (else ``$DIFFLAB_UPSTREAM_TESTS``)."""
+    throughput: ThroughputOptions | None = None
+    """Also time each fix's hot path, base against head (``--throughput``); None: behaviour only."""
 
     @property
     def both_sides(self) -> bool:
@@ -62,6 +69,21 @@ class RunOutcome:
     out_dir: Path
     exit_code: int
     verdicts: list[FixVerdict]
+    throughput: list[ThroughputResult] = field(default_factory=list)
+
+
+def _check_throughput(req: RunRequest) -> None:
+    """Refuse a throughput A/B that cannot run before anything is written (exit 2)."""
+    if req.throughput is None:
+        return
+    stats.require("--throughput")
+    if not req.both_sides:
+        raise ConfigError("--throughput compares base with head: it needs both sides")
+    if runner_class(req.runner) is not WarmRunner:
+        raise ConfigError(
+            f"--throughput runs on the warm back end (two forked processes driven round by round); "
+            f"--backend {req.runner} cannot interleave rounds"
+        )
 
 
 def default_out() -> Path:
@@ -99,6 +121,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
     record = RunRecord(command="run" if req.both_sides else "observe", argv=req.argv)
     if not req.sides or not set(req.sides) <= set(SIDES):
         raise ConfigError(f"--side must be base or head, got {req.sides}")
+    _check_throughput(req)
     matrix = load_matrix(req.matrix)
     fixes = matrix.select(req.fixes)
     check_probe_files(fixes, matrix.path)
@@ -123,6 +146,13 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             exit_code = 0 if all(v.passed for v in verdicts) else 1
         else:  # one side of a CI fan-out: verdicts come from `difflab merge`
             exit_code = 0 if all(o.status != "error" for o in observed) else 1
+        measured: list[ThroughputResult] = []
+        throughput_s = 0.0
+        if req.throughput is not None:
+            started = time.monotonic()
+            measured = measure(fixes, sources, runner, work, reporter, req.throughput)
+            throughput_s = time.monotonic() - started
+            exit_code = max(exit_code, gate_exit(measured, req.throughput.fail_above))
         if req.selfcheck:
             heads = {fid: s for (fid, side), s in sources.items() if side == "head" and not isinstance(s, str)}
             checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
@@ -139,13 +169,18 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
             "environment_digest": env.digest,
         }
+        if req.throughput is not None:
+            record.details["throughput"] = req.throughput.record()
+            record.details["throughput_wall_s"] = round(throughput_s, 2)  # servers' imports included
         if replaying:
             files = {f.id: f.to_dict() for r in replays for f in r.files}
             record.details["upstream_tests"] = {"dir": str(folder) if folder else None, "files": files}
             write_files(work, replays, folder)
         record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if verdicts:
-            write_reports(work, verdicts, appendix=section(replays) if replays else ())
+            fail_above = req.throughput.fail_above if req.throughput else None
+            appendix = section(replays) if replays else ()
+            write_reports(work, verdicts, appendix=appendix, throughput=measured, fail_above=fail_above)
         if req.bundle:
             seal(work, key=req.key, echo=reporter.say)
-    return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
+    return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts, throughput=measured)

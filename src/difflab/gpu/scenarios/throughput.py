@@ -2,7 +2,7 @@
 
 Interleaving spreads slow drifts (thermal, clocks, a noisy neighbour) over both
 sides instead of charging them to whichever side ran last. Each round is one
-sample per metric; :mod:`difflab.gpu.stats` compares the samples.
+sample per metric; :mod:`difflab.stats.compare` compares the samples.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from difflab.errors import DifflabError
 from difflab.gpu.bench import AB_METRICS, BenchResult
-from difflab.gpu.stats import Comparison, compare
 from difflab.observation import SIDES
+from difflab.stats.compare import Comparison, compare
 
 THROUGHPUT = "gpu_throughput_ab"
 """The A/B's name where a probe's would stand (observations, verdicts)."""

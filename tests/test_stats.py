@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from difflab.gpu.stats import bootstrap_rel_diff_ci, compare, mann_whitney_p
+from difflab.stats.compare import bootstrap_rel_diff_ci, compare, mann_whitney_p
 
 
 def samples(seed: int, mean: float, n: int = 30, sd: float = 2.0) -> np.ndarray:

@@ -5,6 +5,7 @@ return plain numbers; wording for people lives in :func:`Comparison.describe` on
 Samples are one value per benchmark round (rounds are the independent units;
 requests within a round are not). A difference is significant only when the
 bootstrap interval excludes zero and the rank test agrees (see ``Comparison.significant``).
+numpy and scipy (the ``[stats]`` extra) are imported where they are used.
 """
 
 from __future__ import annotations
@@ -40,21 +41,32 @@ class Comparison:
     ci_high: float
     confidence: float
     p_value: float  # Mann-Whitney U, two-sided
+    alpha: float | None = None
+    """The rank test's threshold; None: ``1 - confidence`` (the GPU tier). asv's is 0.002."""
 
     @property
     def ci_excludes_zero(self) -> bool:
         return not (self.ci_low <= 0.0 <= self.ci_high)
 
     @property
+    def threshold(self) -> float:
+        return self.alpha if self.alpha is not None else 1.0 - self.confidence
+
+    @property
+    def ratio(self) -> float:
+        """``mean(head) / mean(base)``; its interval is ``1 + ci_low`` .. ``1 + ci_high``."""
+        return 1.0 + self.rel_diff
+
+    @property
     def significant(self) -> bool:
-        """The bootstrap interval excludes zero AND Mann-Whitney agrees (p < 1 - confidence).
+        """The bootstrap interval excludes zero AND Mann-Whitney agrees (p < the threshold).
 
         With a handful of rounds the percentile bootstrap alone is too optimistic: measured here
         on identical normal samples it flags 18 % (3 rounds), 13 % (5) and 11 % (8) of pairs at a
         nominal 5 %; requiring the rank test to agree brings that to 0 %, 3 % and 5 %. An interval
         that spans zero is always "no significant difference".
         """
-        return self.ci_excludes_zero and self.p_value < 1.0 - self.confidence
+        return self.ci_excludes_zero and self.p_value < self.threshold
 
     @property
     def regression(self) -> bool:
@@ -69,6 +81,13 @@ class Comparison:
             return f"no significant difference ({self.rel_diff:+.2%}, {ci}, Mann-Whitney p={self.p_value:.3g})"
         word = "worse" if self.regression else "better"
         return f"head {self.rel_diff:+.2%} ({word}; {ci}, Mann-Whitney p={self.p_value:.3g})"
+
+    @property
+    def mark(self) -> str:
+        """As ``asv compare`` prints it: ``+`` significantly worse, ``-`` significantly better, ``~`` neither."""
+        if not self.significant:
+            return "~"
+        return "+" if self.regression else "-"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -137,8 +156,12 @@ def compare(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = DEFAULT_SEED,
+    alpha: float | None = None,
 ) -> Comparison:
-    """Compare one metric's per-round samples (fixed seed: the same samples give the same interval)."""
+    """Compare one metric's per-round samples (fixed seed: the same samples give the same interval).
+
+    ``alpha`` is the rank test's threshold (default ``1 - confidence``).
+    """
     b, h = _checked(f"{metric} base", base), _checked(f"{metric} head", head)
     low, high = bootstrap_rel_diff_ci(b, h, resamples=resamples, confidence=confidence, seed=seed)
     return Comparison(
@@ -153,4 +176,5 @@ def compare(
         ci_high=high,
         confidence=confidence,
         p_value=mann_whitney_p(b, h),
+        alpha=alpha,
     )

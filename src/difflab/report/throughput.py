@@ -1,0 +1,126 @@
+"""The throughput part of a run's reports: a section of summary.md, JUnit cases, the diff.json part.
+
+One row per fix (ratio head/base of time per item, its interval, the Mann-Whitney p, the
+asv mark, the growth exponent per side), then one per workload and size. Informational
+unless a factor was given: then a significant slowdown beyond it is a failed JUnit case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from difflab.diff.throughput import ALPHA, ThroughputResult
+from difflab.report.junit import Case
+from difflab.report.markdown import cell, table
+
+MEANING = {"+": "slower", "-": "faster", "~": "no significant difference", "!": "not measured"}
+
+
+def _exp(value: float | None) -> str:
+    return "n/a" if value is None or value != value else f"{value:+.2f}"
+
+
+def _ci(result: ThroughputResult) -> str:
+    return f"{result.ci[0]:.3f}–{result.ci[1]:.3f}" if result.ci else "n/a"
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
+
+
+def verdict(result: ThroughputResult, fail_above: float | None) -> str:
+    """What the row says: the mark in words, and whether it fails the run."""
+    if not result.ok:
+        return result.status
+    words = MEANING[result.mark]
+    if result.fails(fail_above):
+        return f"{words}: beyond ×{fail_above:g}, fails"
+    return words
+
+
+def summary_lines(results: list[ThroughputResult], fail_above: float | None) -> list[str]:
+    """The ``## Throughput`` section of summary.md."""
+    if not results:
+        return []
+    gate = f"fails beyond ×{fail_above:g}" if fail_above is not None else "informational"
+    settings = next((r.settings for r in results if r.settings), {})
+    lines = [
+        "",
+        "## Throughput (CPU hot paths)",
+        "",
+        f"CPU time per item, head / base: < 1 is faster (the wall-clock ratio is in diff.json). "
+        f"Rounds interleaved base, head, base, head "
+        f"({settings.get('rounds', '?')} per side after {settings.get('warmup', '?')} warm-up); "
+        f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}; significant at Mann-Whitney "
+        f"p < {ALPHA:g} with the 95 % bootstrap interval agreeing; marks as asv prints them "
+        f"(`+` slower, `-` faster, `~` not significant); {gate}. Exponent: time per item ∝ size^k.",
+        "",
+    ]
+    rows = []
+    for r in results:
+        if r.ok:
+            assert r.exponent is not None and r.comparison is not None
+            rows.append(
+                (
+                    r.label,
+                    f"`{r.mark}`",
+                    f"{r.ratio:.3f}",
+                    _ci(r),
+                    _p(r.comparison.p_value),
+                    f"{_exp(r.exponent.base)} → {_exp(r.exponent.head)}",
+                    verdict(r, fail_above),
+                )
+            )
+        else:
+            why = r.reason.splitlines()[0] if r.reason else ""
+            rows.append((r.label, "", "", "", "", "", cell(f"{r.status}: {why}")))
+    headers = ("fix", "", "ratio", "95 % CI", "p", "exponent base → head", "")
+    lines += table(headers, rows, ["---", ":-:", "---:", "---:", "---:", "---:", "---"])
+    detail = []
+    for r in results:
+        for w in r.workloads:
+            sizes = ", ".join(f"{n}: {v['ratio']:.2f}" for n, v in w.sizes.items())
+            detail.append(
+                (
+                    r.label,
+                    f"`{w.name}`",
+                    f"`{w.mark}`",
+                    f"{w.comparison.ratio:.3f}",
+                    f"{1 + w.comparison.ci_low:.3f}–{1 + w.comparison.ci_high:.3f}",
+                    _p(w.comparison.p_value),
+                    f"{_exp(w.exponent.base)} → {_exp(w.exponent.head)}",
+                    sizes,
+                    cell(w.what),
+                )
+            )
+    if detail:
+        headers = ("fix", "workload", "", "ratio", "95 % CI", "p", "exponent", "ratio by size", "drives")
+        lines += ["", *table(headers, detail, ["---", "---", ":-:", "---:", "---:", "---:", "---:", "---", "---"])]
+    return lines
+
+
+def junit_cases(results: list[ThroughputResult], fail_above: float | None) -> Iterable[Case]:
+    """One case per fix: passed (informational), failed (a slowdown beyond the factor) or error."""
+    for r in results:
+        name = f"throughput:{r.probe or '(none)'}"
+        if r.status == "unavailable":
+            yield Case(f"throughput.{r.fix}", name, "skipped", r.reason)
+            continue
+        if not r.ok:
+            yield Case(f"throughput.{r.fix}", name, "error", r.reason, "error")
+            continue
+        assert r.comparison is not None and r.exponent is not None
+        message = (
+            f"{r.mark} ratio {r.ratio:.3f} (95% CI {_ci(r)}, p={r.comparison.p_value:.2g}), "
+            f"exponent {_exp(r.exponent.base)} -> {_exp(r.exponent.head)}"
+        )
+        details = "\n".join(
+            f"{w.name}: {w.mark} ratio {w.comparison.ratio:.3f} p={w.comparison.p_value:.2g} "
+            f"exponent {_exp(w.exponent.base)} -> {_exp(w.exponent.head)}"
+            for w in r.workloads
+        )
+        classname = f"throughput.{r.fix}"
+        if r.fails(fail_above):
+            yield Case(classname, name, "failed", f"{message}: beyond x{fail_above:g}", "slower", None, details)
+        else:
+            yield Case(classname, name, "passed", message, "", None, f"{message}\n{details}")
