@@ -98,8 +98,9 @@ def test_a_concurrent_writer_that_wins_the_rename(tmp_path: Path, monkeypatch: p
     real_replace = os.replace
 
     def racing_replace(src: str | Path, dst: str | Path) -> None:
-        Path(dst).mkdir(exist_ok=True)
-        (Path(dst) / "theirs").write_text("theirs")
+        if Path(dst).name in ("entry", "other"):  # the results folder, not the writer's own lock file
+            Path(dst).mkdir(exist_ok=True)
+            (Path(dst) / "theirs").write_text("theirs")
         real_replace(src, dst)  # a non-empty folder cannot be replaced: OSError
 
     out = tmp_path / "entry"

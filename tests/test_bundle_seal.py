@@ -133,8 +133,12 @@ def test_run_statement_is_slsa_provenance_over_every_file(tmp_path: Path) -> Non
     body = payload(run_dir, layout.RUN_ENVELOPE)
     assert body["predicateType"] == "https://slsa.dev/provenance/v1"
     names = {s["name"] for s in body["subject"]}
-    # every file but the two written after signing: the verdicts (diff.json) and the summary are signed
-    assert names == set(SEALED_FILES) - {"SHA256SUMS", "attestations/run.intoto.json"}
+    # every file but those written after it: the checksum list and the statement that signs it (last)
+    assert names == set(SEALED_FILES) - {
+        "SHA256SUMS",
+        "attestations/run.intoto.json",
+        "attestations/checksums.intoto.json",
+    }
     assert {"diff.json", "summary.md", "junit.xml", "run.json", "matrix.toml"} <= names
     definition, details = body["predicate"]["buildDefinition"], body["predicate"]["runDetails"]
     assert definition["externalParameters"]["fixes"] == ["38935", "41404"]

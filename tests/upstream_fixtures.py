@@ -231,7 +231,7 @@ def upstream_tests_toml() -> str:
 def with_fixture_tests(text: str) -> str:
     """A matrix's text with #38935's ``upstream_tests`` naming the fixture files instead of SGLang's."""
     start = text.index('id = "38935"')
-    end = text.index("[[fixes.probes]]", start)
+    end = re.compile(r"^\[", re.M).search(text, start).start()  # the entry's own keys end at its first table
     entry = re.sub(r"upstream_tests = \[.*?\n\]\n", "", text[start:end], flags=re.S)
     entry = re.sub(r'upstream_tests = \[".*?"\]\n', "", entry)
     return text[:start] + entry.rstrip("\n") + "\n" + upstream_tests_toml() + "\n" + text[end:]
