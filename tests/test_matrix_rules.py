@@ -11,7 +11,7 @@ import pytest
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.matrix.gpu import GpuPlan, load_gpu_plans
-from difflab.matrix.model import CommitPin, Fix, Hunk, Mutation, ProbeSpec, ReleasePin, SidePin
+from difflab.matrix.model import CommitPin, Fix, Hunk, Mutation, ProbeSpec, ReleasePin, SidePin, UpstreamTestFile
 
 SAMPLE = """\
 schema = 2
@@ -150,7 +150,7 @@ def test_the_sample_loads_as_written(tmp_path: Path) -> None:
             "base": CommitPin("17ba2c2e", False),
             "head": CommitPin("8f3d6944b76c428d884582cb6c82a39db1465360", True),
         },
-        upstream_tests=("test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py",),
+        upstream_tests=(UpstreamTestFile("test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py"),),
         probes=(prefill, decode),
         hunks=(
             Hunk(
@@ -248,14 +248,14 @@ ROOM = '[[fixes]]\nid = "43719b"'
         ),
         (
             edit('file = "sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"', 'file = "sglang-0.5.20.tar.gz"'),
-            "releases.'0.5.20'.file: expected a wheel file name for version 0.5.20",
+            "releases.'0.5.20'.file: expected the sglang wheel of version 0.5.20 (sglang-0.5.20-...whl)",
         ),
         (
             edit(
                 'file = "sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"',
                 'file = "sglang-0.5.21-cp311-cp311-manylinux_2_34_x86_64.whl"',
             ),
-            "releases.'0.5.20'.file: expected a wheel file name for version 0.5.20",
+            "releases.'0.5.20'.file: expected the sglang wheel of version 0.5.20 (sglang-0.5.20-...whl)",
         ),
         (
             edit('sha256 = "1573527042f4f6b4ead838302818595fc77fdc611dbcc2e40cd150fbc8f8513c"\n', ""),
@@ -389,14 +389,14 @@ ROOM = '[[fixes]]\nid = "43719b"'
         # -- upstream tests
         (
             edit('upstream_tests = ["test/', 'upstream_tests = [1, "test/'),
-            "fix '38935'.upstream_tests: expected a list of paths",
+            "fix '38935'.upstream_tests[0]: expected a path or a table with file and own, got int",
         ),
         (
             edit(
                 'upstream_tests = ["test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py"]',
                 'upstream_tests = "test/x.py"',
             ),
-            "fix '38935'.upstream_tests: expected a list of paths",
+            "fix '38935'.upstream_tests: expected a list of test files (paths, or tables with file and own)",
         ),
     ],
 )

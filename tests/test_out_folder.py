@@ -27,9 +27,10 @@ PUBLISHED = repo_root() / "results" / "published" / "upstream"
 
 @pytest.fixture
 def cell(tmp_path: Path) -> Path:
-    """An observe-style folder: fix 38935's observations and the matrix they were made with."""
+    """An observe-style folder: the published observations of every fix and the matrix they were made with
+    (merge judges every fix of the matrix; one without observations would be an error)."""
     folder = tmp_path / "cell"
-    shutil.copytree(PUBLISHED / "observations" / "38935", folder / "observations" / "38935")
+    shutil.copytree(PUBLISHED / "observations", folder / "observations")
     shutil.copyfile(PUBLISHED / "matrix.toml", folder / "matrix.toml")
     return folder
 

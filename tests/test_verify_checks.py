@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from difflab.bundle import canonical, checksums, dsse, keys, layout, trust
-from difflab.bundle.sealing import seal_with, write_checksums, write_run_statement
+from difflab.bundle.sealing import seal_checksums, seal_with, write_run_statement
 from difflab.bundle.verify import VerifyReport, verify_folder, verify_path
 from test_bundle_support import isolated_config, make_key  # noqa: F401 - isolated_config is an autouse fixture
 
@@ -43,6 +43,19 @@ ENVELOPES = [
     "attestations/43719b/head.intoto.json",
     "attestations/run.intoto.json",
 ]
+
+
+RESEALED_ENVELOPES = sorted([*ENVELOPES, layout.CHECKSUMS_ENVELOPE], key=str.encode)  # format 2 signs SHA256SUMS
+
+
+def untrusted(fingerprints: list[str]) -> str:
+    """What verify says when no trusted key signed the bundle (the keys it carries are named, not trusted)."""
+    return (
+        f"signed with a key you have not trusted (trust: --fingerprint sha256:{'0' * 64}). The bundle names "
+        f"its key as (untrusted: {', '.join(fingerprints)}): anyone who can change the bundle can change that "
+        "too. Get the fingerprint the publisher published through another channel and pass that with "
+        "--fingerprint, or pass --key with their public key"
+    )
 
 
 def problems_of(report: VerifyReport) -> list[str]:
@@ -85,7 +98,11 @@ class Resealed:
     def refresh(self, run_statement: bool = True) -> None:
         if run_statement:
             write_run_statement(self.root, self.signing, {})
-        write_checksums(self.root)
+        self.relist()
+
+    def relist(self) -> None:
+        """SHA256SUMS over what is there now, and its signed statement (the last step of sealing)."""
+        seal_checksums(self.root, self.signing)
 
 
 @pytest.fixture(scope="module")
@@ -226,11 +243,7 @@ def test_a_link_in_the_folder_is_named_and_not_followed(published: Path) -> None
 
 def test_the_carried_key_alone_is_not_trusted(published: Path) -> None:
     found = problems_of(verify_folder(published, trust.build(fingerprints=["sha256:" + "0" * 64])))
-    assert found == [
-        f"keys/signing-key.pub: the bundle carries key {FINGERPRINT}, which you have not trusted (trust: "
-        f"--fingerprint sha256:{'0' * 64}); check the fingerprint with the publisher, then pass "
-        f"--fingerprint {FINGERPRINT}, or pass --key with their public key"
-    ]
+    assert found == [f"keys/signing-key.pub: {untrusted([FINGERPRINT])}"]
 
 
 def test_no_key_at_all(published: Path) -> None:
@@ -258,15 +271,16 @@ def test_without_a_trust_policy_only_integrity_is_checked(published: Path) -> No
     assert [p.path for p in verify_folder(published, None).problems] == ["summary.md"]
 
 
-def test_a_keyless_signature_is_noted(resealed: Resealed) -> None:
+def test_a_sigstore_bundle_that_binds_nothing_is_not_accepted(resealed: Resealed) -> None:
+    """Listed and signed over, but no bundle over a DSSE envelope: never reported as a present signature."""
     (resealed.root / layout.SIGSTORE_BUNDLE).write_text("{}\n")
-    write_checksums(resealed.root)
+    resealed.relist()
     report = verify_folder(resealed.root, trust.build(key_files=[resealed.public]))
-    assert problems_of(report) == []
-    assert report.notes == [
-        f"{layout.SIGSTORE_BUNDLE}: keyless Sigstore signature present, checked by digest only; "
-        "see docs/bundle.md to verify its signer identity with sigstore"
+    assert problems_of(report) == [
+        f"{layout.SIGSTORE_BUNDLE}: not a Sigstore bundle over a DSSE envelope (no dsseEnvelope); "
+        "unbound, so not accepted"
     ]
+    assert not any("present" in n for n in report.notes)
 
 
 # -- envelopes ----------------------------------------------------------------------------------------------------
@@ -278,7 +292,7 @@ def test_an_envelope_that_is_not_json(resealed: Resealed) -> None:
     report = resealed.report()
     (found,) = problems_of(report)
     assert found.startswith(f"{DOOR_ENV}: not a JSON envelope (")
-    assert report.envelopes == ENVELOPES  # the envelopes after it are still opened
+    assert report.envelopes == RESEALED_ENVELOPES  # the envelopes after it are still opened
 
 
 def test_an_envelope_signed_by_another_key(resealed: Resealed, tmp_path: Path) -> None:
@@ -297,7 +311,7 @@ def test_an_envelope_whose_payload_type_is_not_in_toto(resealed: Resealed, rel: 
     resealed.resign(rel, lambda _body: None, payload_type="application/json")
     report = resealed.report()
     assert problems_of(report) == [f"{rel}: payloadType 'application/json' is not application/vnd.in-toto+json"]
-    assert report.envelopes == ENVELOPES and report.signers == {resealed.signing.fingerprint}
+    assert report.envelopes == RESEALED_ENVELOPES and report.signers == {resealed.signing.fingerprint}
 
 
 def test_a_payload_that_is_not_a_statement(resealed: Resealed) -> None:
@@ -306,7 +320,7 @@ def test_a_payload_that_is_not_a_statement(resealed: Resealed) -> None:
     assert problems_of(report) == [
         f"{DOOR_ENV}: payload is not an in-toto Statement v1 (_type https://in-toto.io/Statement/v1)"
     ]
-    assert report.envelopes == ENVELOPES
+    assert report.envelopes == RESEALED_ENVELOPES
 
 
 # -- the run statement --------------------------------------------------------------------------------------------
@@ -314,7 +328,7 @@ def test_a_payload_that_is_not_a_statement(resealed: Resealed) -> None:
 
 def test_a_missing_run_statement(resealed: Resealed) -> None:
     (resealed.root / RUN_ENV).unlink()
-    write_checksums(resealed.root)
+    resealed.relist()
     assert resealed.problems() == [f"{RUN_ENV}: missing: the bundle has no signed run statement"]
 
 
@@ -574,7 +588,7 @@ def test_render_refuses_names_sha256sum_would_escape_or_that_leave_the_folder(na
 def test_render_refuses_a_name_that_is_not_utf8() -> None:
     from difflab.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="is not valid UTF-8"):
+    with pytest.raises(ConfigError, match="file name cannot be listed in SHA256SUMS"):
         checksums.render({"bad\udcff": "0" * 64})
 
 
@@ -623,11 +637,7 @@ def test_every_carried_key_is_named_when_none_is_trusted(published: Path, tmp_pa
     other_fp = keys.fingerprint(keys.load_public_key(other.read_bytes(), "other"))
     report = verify_folder(published, trust.build(fingerprints=["sha256:" + "0" * 64]))
     first = sorted([FINGERPRINT, other_fp])
-    assert [p.message for p in report.problems if p.path == layout.PUBLIC_KEY] == [
-        f"the bundle carries key {first[0]}, {first[1]}, which you have not trusted (trust: "
-        f"--fingerprint sha256:{'0' * 64}); check the fingerprint with the publisher, then pass "
-        f"--fingerprint {first[0]}, or pass --key with their public key"
-    ]
+    assert [p.message for p in report.problems if p.path == layout.PUBLIC_KEY] == [untrusted(first)]
     assert report.envelopes == ENVELOPES and report.signers == set()
 
 
@@ -640,10 +650,14 @@ def test_only_key_files_are_read_as_keys(published: Path) -> None:
 def test_envelopes_are_the_statements_under_attestations_only(resealed: Resealed) -> None:
     (resealed.root / layout.SIGSTORE_BUNDLE).write_text("{}\n")
     (resealed.root / "notes.intoto.json").write_text("{}\n")
-    write_checksums(resealed.root)
+    resealed.relist()
     report = verify_folder(resealed.root, trust.build(key_files=[resealed.public]))
-    assert report.envelopes == ENVELOPES
-    assert problems_of(report) == [f"notes.intoto.json: not covered by the signed run statement ({RUN_ENV})"]
+    assert report.envelopes == RESEALED_ENVELOPES  # the Sigstore bundle and a stray statement are not opened
+    assert problems_of(report) == [
+        f"{layout.SIGSTORE_BUNDLE}: not a Sigstore bundle over a DSSE envelope (no dsseEnvelope); "
+        "unbound, so not accepted",
+        f"notes.intoto.json: not covered by the signed run statement ({RUN_ENV})",
+    ]
 
 
 def test_without_a_trust_policy_problems_are_sorted_and_once(published: Path) -> None:

@@ -255,7 +255,7 @@ def _throughput(w: _Where, where: str, raw: Any) -> str | None:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     name = _str(w, f"{where}.probe", table.get("probe"))
     assert name is not None
-    if not _PROBE_NAME.match(name):
+    if not _PROBE_NAME.fullmatch(name):
         raise w.fail(f"{where}.probe", f"{name!r} is not a probe module name")
     return name
 
@@ -349,7 +349,9 @@ def _upstream_tests(w: _Where, where: str, value: Any) -> tuple[UpstreamTestFile
     out: list[UpstreamTestFile] = []
     for i, entry in enumerate(value):
         at = f"{where}[{i}]"
-        table = {"file": entry} if isinstance(entry, str) else _table(w, at, entry)
+        if not isinstance(entry, str | dict):
+            raise w.fail(at, f"expected a path or a table with file and own, got {type(entry).__name__}")
+        table = {"file": entry} if isinstance(entry, str) else entry
         unknown = set(table) - {"file", "own"}
         if unknown:
             raise w.fail(at, f"unknown key(s) {sorted(unknown)} (known: file, own)")
