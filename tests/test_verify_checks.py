@@ -13,12 +13,16 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-from difflab.bundle import canonical, checksums, dsse, keys, layout, trust
+from difflab.bundle import canonical, checksums, dsse, keyless, keys, layout, trust
 from difflab.bundle.sealing import seal_checksums, seal_with, write_run_statement
 from difflab.bundle.verify import VerifyReport, verify_folder, verify_path
+from difflab.errors import ConfigError, VerificationFailed
+from difflab.extras import MissingExtra
+from sigstore_fake import IDENTITY, FakeSigstore
 from test_bundle_support import isolated_config, make_key  # noqa: F401 - isolated_config is an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -676,4 +680,205 @@ def test_without_a_trust_policy_problems_are_sorted_and_once(published: Path) ->
 def test_render_accepts_ordinary_names() -> None:
     assert checksums.render({"X.txt": "0" * 64, "a b/c-d_e.json": "1" * 64}) == (
         f"{'0' * 64}  X.txt\n{'1' * 64}  a b/c-d_e.json\n"
+    )
+
+
+# -- verify_path over an archive, and the Sigstore bundle of a folder ---------------------------------------------
+
+ARCHIVE = ROOT / "results" / "published" / "upstream.tar.gz"
+SIGNATURE = "difflab-ci.tar.gz.sigstore.json"
+KNOWN_FORMATS = "urn:sglang-difflab:run:v1, urn:sglang-difflab:run:v2"
+NOTHING_TRUSTED = "nothing (no --key, --fingerprint or trusted-keys file)"
+NOT_INSTALLED = "sigstore-python is not installed (pip install 'sglang-difflab[sigstore]')"
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> tuple[Path, Path, FakeSigstore]:
+    """(the published archive with a Sigstore signature beside it, the trust root of the instance that signed it,
+    that instance)."""
+    instance = FakeSigstore()
+    path = tmp_path / "difflab-ci.tar.gz"
+    shutil.copyfile(ARCHIVE, path)
+    (tmp_path / SIGNATURE).write_text(instance.sign_artifact(path.read_bytes()))
+    return path, instance.write_trusted_root(tmp_path / "trusted_root.json"), instance
+
+
+def without_sigstore(module: str, purpose: str) -> NoReturn:
+    """What importing the optional sigstore-python does where it is not installed."""
+    raise MissingExtra(module, purpose)
+
+
+def sign_checksums_statement(resealed: Resealed, edit: Callable[[dict], None]) -> None:
+    """Re-sign the checksums statement with an edit; SHA256SUMS does not list it, so nothing else changes."""
+    body = resealed.statement(layout.CHECKSUMS_ENVELOPE)
+    edit(body)
+    envelope = dsse.sign(canonical.dumps(body), resealed.signing.private, resealed.signing.fingerprint)
+    (resealed.root / layout.CHECKSUMS_ENVELOPE).write_bytes(dsse.serialise(envelope))
+
+
+def bind_sigstore_bundle(resealed: Resealed, instance: FakeSigstore) -> None:
+    """A Sigstore bundle over the signed run statement, listed in SHA256SUMS, as sealing in CI leaves it."""
+    payload = base64.b64decode(json.loads((resealed.root / RUN_ENV).read_text())["payload"])
+    (resealed.root / layout.SIGSTORE_BUNDLE).write_text(instance.sign_statement(payload))
+    resealed.relist()
+
+
+def test_a_file_name_with_control_characters_is_named_escaped(published: Path) -> None:
+    (published / "notes\x1b[2K.txt").write_text("hidden\n")
+    assert pinned(published) == [
+        "notes\\x1b[2K.txt: file name holds control characters; a bundle never does (shown escaped)",
+        f"notes\\x1b[2K.txt: not covered by the signed run statement ({RUN_ENV})",
+        "notes\\x1b[2K.txt: not listed in SHA256SUMS",
+    ]
+
+
+def test_the_report_carries_the_trust_it_was_checked_with(published: Path) -> None:
+    policy = trust.build(fingerprints=[FINGERPRINT])
+    assert verify_folder(published, policy).trust is policy
+    assert verify_folder(published, None).trust is None
+
+
+def test_a_run_statement_of_an_unknown_bundle_format(resealed: Resealed) -> None:
+    """Named, and the bundle is still checked by the newest format's rules (which it otherwise meets)."""
+    resealed.resign(
+        RUN_ENV, lambda body: body["predicate"]["buildDefinition"].update(buildType="urn:sglang-difflab:run:v9")
+    )
+    assert resealed.problems() == [
+        f"{RUN_ENV}: buildType 'urn:sglang-difflab:run:v9' is not a bundle format this verifier knows ({KNOWN_FORMATS})"
+    ]
+
+
+def test_a_checksums_statement_of_another_predicate_type(resealed: Resealed) -> None:
+    sign_checksums_statement(resealed, lambda body: body.update(predicateType="urn:sglang-difflab:probe-results:v1"))
+    assert resealed.problems() == [f"{layout.CHECKSUMS_ENVELOPE}: predicateType is not urn:sglang-difflab:checksums:v1"]
+
+
+def test_a_checksums_statement_that_names_more_than_sha256sums(resealed: Resealed) -> None:
+    extra = {"name": "diff.json", "digest": {"sha256": "a" * 64}}
+    sign_checksums_statement(resealed, lambda body: body["subject"].append(extra))
+    assert resealed.problems() == [
+        f"{layout.CHECKSUMS_ENVELOPE}: names ['SHA256SUMS', 'diff.json'], not just SHA256SUMS"
+    ]
+
+
+def test_without_a_trust_policy_a_format_2_bundle_does_not_list_its_checksums_statement(resealed: Resealed) -> None:
+    report = verify_folder(resealed.root, None)
+    assert problems_of(report) == []
+    assert report.envelopes == RESEALED_ENVELOPES
+    assert report.notes == ["signatures not checked (integrity against SHA256SUMS only)"]
+
+
+def test_a_bound_sigstore_bundle_is_checked_under_its_name(resealed: Resealed, tmp_path: Path) -> None:
+    instance = FakeSigstore()
+    bind_sigstore_bundle(resealed, instance)
+    policy = keyless.KeylessPolicy(IDENTITY, trust_root=instance.write_trusted_root(tmp_path / "trusted_root.json"))
+    report = verify_folder(resealed.root, trust.build(key_files=[resealed.public]), policy)
+    assert problems_of(report) == [] and report.notes == []
+    assert [(c.bundle, c.verified, c.identity_pinned, c.signer) for c in report.keyless] == [
+        (layout.SIGSTORE_BUNDLE, True, True, IDENTITY)
+    ]
+
+
+def test_a_bound_sigstore_bundle_that_cannot_be_checked_here_is_a_note(
+    resealed: Resealed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without sigstore-python (and no identity asked for) the signer is unknown: said, not a problem."""
+    bind_sigstore_bundle(resealed, FakeSigstore())
+    monkeypatch.setattr(keyless, "require", without_sigstore)
+    report = verify_folder(resealed.root, trust.build(key_files=[resealed.public]), keyless.KeylessPolicy())
+    assert problems_of(report) == []
+    assert report.notes == [
+        f"{layout.SIGSTORE_BUNDLE}: Sigstore bundle bound to the signed run statement, but its signer was NOT "
+        f"verified ({NOT_INSTALLED})"
+    ]
+    assert [(c.bundle, c.verified) for c in report.keyless] == [(layout.SIGSTORE_BUNDLE, False)]
+
+
+def test_a_pinned_signature_over_the_archive_vouches_for_the_key_inside(
+    archive: tuple[Path, Path, FakeSigstore],
+) -> None:
+    path, root, _ = archive
+    report = verify_path(path, trust.build(), keyless.KeylessPolicy(IDENTITY, trust_root=root))
+    assert problems_of(report) == [] and report.target == path
+    assert report.signers == {FINGERPRINT} and report.envelopes == ENVELOPES
+    assert report.trust is not None
+    assert report.trust.vouched_by == f"the Sigstore signature of difflab-ci.tar.gz by {IDENTITY}"
+    assert [(c.bundle, c.verified, c.identity_pinned, c.signer) for c in report.keyless] == [
+        (SIGNATURE, True, True, IDENTITY)
+    ]
+
+
+def test_an_unpinned_signature_over_the_archive_vouches_for_nothing(archive: tuple[Path, Path, FakeSigstore]) -> None:
+    path, root, _ = archive
+    report = verify_path(path, trust.build(), keyless.KeylessPolicy(trust_root=root))
+    assert problems_of(report) == [
+        f"{layout.PUBLIC_KEY}: signed with a key you have not trusted (trust: {NOTHING_TRUSTED}). The bundle names "
+        f"its key as (untrusted: {FINGERPRINT}): anyone who can change the bundle can change that too. Get the "
+        "fingerprint the publisher published through another channel and pass that with --fingerprint, or pass "
+        "--key with their public key"
+    ]
+    assert report.trust is not None and report.trust.vouched_by is None
+    assert [(c.bundle, c.verified, c.identity_pinned) for c in report.keyless] == [(SIGNATURE, True, False)]
+
+
+def test_a_signature_over_other_bytes_is_a_problem_named_after_its_file(
+    archive: tuple[Path, Path, FakeSigstore],
+) -> None:
+    path, root, instance = archive
+    (path.parent / SIGNATURE).write_text(instance.sign_artifact(b"another archive"))
+    policy = keyless.KeylessPolicy(IDENTITY, trust_root=root)
+    report = verify_path(path, trust.build(fingerprints=[FINGERPRINT]), policy)
+    assert problems_of(report) == [f"{SIGNATURE}: Sigstore signature does not verify: Bundle message digest mismatch"]
+
+
+def test_a_sigstore_bundle_given_by_path_is_the_one_checked(
+    archive: tuple[Path, Path, FakeSigstore], tmp_path: Path
+) -> None:
+    path, root, _ = archive
+    given = tmp_path / "elsewhere" / "release.sigstore.json"
+    given.parent.mkdir()
+    (path.parent / SIGNATURE).rename(given)
+    report = verify_path(path, trust.build(), keyless.KeylessPolicy(IDENTITY, trust_root=root), sigstore_bundle=given)
+    assert problems_of(report) == []
+    assert [(c.bundle, c.verified) for c in report.keyless] == [("release.sigstore.json", True)]
+
+
+def test_without_a_trust_policy_no_sigstore_bundle_is_looked_for(
+    archive: tuple[Path, Path, FakeSigstore], tmp_path: Path
+) -> None:
+    """Integrity only: neither a signature beside the archive, a given one, nor an asked-for identity counts."""
+    path, root, _ = archive
+    policy = keyless.KeylessPolicy(IDENTITY, trust_root=root)
+    report = verify_path(path, None, policy, sigstore_bundle=tmp_path / "none.sigstore.json")
+    assert problems_of(report) == [] and report.keyless == []
+    assert report.notes == ["signatures not checked (integrity against SHA256SUMS only)"]
+
+
+def test_an_identity_asked_for_with_no_signature_anywhere(archive: tuple[Path, Path, FakeSigstore]) -> None:
+    path, root, _ = archive
+    (path.parent / SIGNATURE).unlink()
+    report = verify_path(
+        path, trust.build(fingerprints=[FINGERPRINT]), keyless.KeylessPolicy(IDENTITY, trust_root=root)
+    )
+    assert problems_of(report) == [
+        f"{SIGNATURE}: missing: --sigstore-identity asks for a Sigstore signature, and there is none (beside the "
+        f"archive, as --sigstore-bundle FILE, or inside as {layout.SIGSTORE_BUNDLE})"
+    ]
+    assert report.keyless == []
+
+
+def test_a_sigstore_bundle_for_a_folder_is_refused(published: Path, archive: tuple[Path, Path, FakeSigstore]) -> None:
+    path, _, _ = archive
+    with pytest.raises(ConfigError) as raised:
+        verify_path(published, trust.build(), keyless.KeylessPolicy(), sigstore_bundle=path.parent / SIGNATURE)
+    assert str(raised.value) == f"--sigstore-bundle: {published} is a folder; a Sigstore bundle signs an archive"
+
+
+def test_the_archive_is_unpacked_within_the_limit_given(archive: tuple[Path, Path, FakeSigstore]) -> None:
+    path, _, _ = archive
+    with pytest.raises(VerificationFailed) as raised:
+        verify_path(path, trust.build(fingerprints=[FINGERPRINT]), max_bytes=1000)
+    assert str(raised.value) == (
+        f"{path}: unpacks to more than 0 MiB (reached at upstream/REPRODUCE.md); refusing it. If the bundle is "
+        "genuine, raise the limit with --max-unpacked-mib"
     )
