@@ -898,3 +898,88 @@ def test_select_by_an_id_that_starts_like_a_label(tmp_path: Path) -> None:
     fix = Fix(id="X1", pr=5, title="t", base=SidePin(release="a"), head=SidePin(release="b"), probes=())
     matrix = Matrix(path=tmp_path / "m.toml", sha256="0" * 64, releases={}, fixes=(fix,))
     assert matrix.select(["X1"]) == matrix.select(["#X1"]) == matrix.select(["#5"]) == [fix]
+
+
+UPSTREAM = 'upstream_tests = ["test/registered/unit/disaggregation/test_admission_abort_not_enqueued.py"]'
+OWN_IDS = "(Class::test_method or a test function's name)"
+
+
+def upstream(value: str) -> str:
+    """The sample with the first fix's ``upstream_tests`` set to ``value``."""
+    return edit(UPSTREAM, f"upstream_tests = {value}")
+
+
+def throughput(lines: str) -> str:
+    """The sample with ``lines`` after the first fix's scalar fields (where ``[fixes.throughput]`` goes)."""
+    return edit(UPSTREAM, f"{UPSTREAM}\n{lines}")
+
+
+def test_upstream_tests_may_name_the_tests_a_fix_owns(tmp_path: Path) -> None:
+    text = upstream('["test/srt/test_a.py", { file = "test/srt/test_b.py", own = ["TestB::test_x", "test_y"] }]')
+    fix = load_matrix(write(tmp_path, text)).fixes[0]
+    assert fix.upstream_tests == (
+        UpstreamTestFile("test/srt/test_a.py", ()),
+        UpstreamTestFile("test/srt/test_b.py", ("TestB::test_x", "test_y")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            upstream('[{ file = "test/srt/test_b.py", owner = "me" }]'),
+            "fix '38935'.upstream_tests[0]: unknown key(s) ['owner'] (known: file, own)",
+        ),
+        (upstream('[{ own = ["TestB::test_x"] }]'), "fix '38935'.upstream_tests[0].file: expected a non-empty string"),
+        *(
+            (
+                upstream(f"[{path!r}]".replace("'", '"')),
+                f"fix '38935'.upstream_tests[0].file: {path!r} is not a relative path to a .py file inside "
+                "SGLang's repository",
+            )
+            for path in ("/src/sglang/test/srt/test_a.py", "test\\srt\\test_a.py", "test/../test_a.py", "test/a.txt")
+        ),
+        (
+            upstream('[{ file = "test/srt/test_b.py", own = "TestB::test_x" }]'),
+            f"fix '38935'.upstream_tests[0].own: expected a list of test ids {OWN_IDS}",
+        ),
+        (
+            upstream('[{ file = "test/srt/test_b.py", own = [1] }]'),
+            f"fix '38935'.upstream_tests[0].own: expected a list of test ids {OWN_IDS}",
+        ),
+        (
+            upstream('[{ file = "test/srt/test_b.py", own = ["TestB::test_x", " "] }]'),
+            f"fix '38935'.upstream_tests[0].own: expected a list of test ids {OWN_IDS}",
+        ),
+        (
+            upstream('["test/srt/test_b.py", { file = "test/srt/test_b.py", own = ["TestB::test_x"] }]'),
+            "fix '38935'.upstream_tests[1]: test/srt/test_b.py is listed twice",
+        ),
+    ],
+)
+def test_upstream_test_rules(tmp_path: Path, text: str, message: str) -> None:
+    assert refused(tmp_path, text) == message
+
+
+def test_a_fix_names_its_throughput_probe(tmp_path: Path) -> None:
+    m = load_matrix(write(tmp_path, throughput('[fixes.throughput]\nprobe = "pr38935_doors"')))
+    assert [f.throughput for f in m.fixes] == ["pr38935_doors", None]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (throughput('throughput = "pr38935_doors"'), "fix '38935'.throughput: expected a table, got str"),
+        (
+            throughput('[fixes.throughput]\nprobe = "pr38935_doors"\nrounds = 3'),
+            "fix '38935'.throughput: unknown field(s) ['rounds']",
+        ),
+        (throughput("[fixes.throughput]"), "fix '38935'.throughput.probe: expected a non-empty string"),
+        (
+            throughput('[fixes.throughput]\nprobe = "pr38935-doors"'),
+            "fix '38935'.throughput.probe: 'pr38935-doors' is not a probe module name",
+        ),
+    ],
+)
+def test_throughput_rules(tmp_path: Path, text: str, message: str) -> None:
+    assert refused(tmp_path, text) == message

@@ -176,3 +176,95 @@ def test_read_only_trees_are_removed_with_their_partial_folder(tmp_path: Path) -
         (work / "sglang").chmod(0o555)
         raise RuntimeError("unpacking failed")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A home folder, a cache and a working directory of their own (the repository is this checkout)."""
+    home, cache, work = tmp_path / "home", tmp_path / "var" / "cache", tmp_path / "work"
+    for folder in (home, cache, work):
+        folder.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DIFFLAB_CACHE", str(cache))
+    monkeypatch.chdir(work)
+    return {"home": home.resolve(), "cache": cache.resolve(), "work": work.resolve(), "tmp": tmp_path.resolve()}
+
+
+def refusal(out: Path) -> str:
+    """The message ``check_out`` refuses ``out`` with (``--force`` given, ``out`` taken for results)."""
+    with pytest.raises(ConfigError) as err:
+        check_out(out, force=True, ours=lambda _p: True)
+    return str(err.value)
+
+
+def test_each_protected_folder_is_named_in_the_refusal(places: dict[str, Path]) -> None:
+    own = "; choose a folder of its own for the results"
+    home, cache, work, repo = places["home"], places["cache"], places["work"], repo_root()
+    assert refusal(work) == f"--out {work}: is the working directory{own}"
+    assert refusal(home) == f"--out {home}: is your home folder{own}"
+    assert refusal(repo) == f"--out {repo}: is the repository root{own}"
+    assert refusal(cache) == f"--out {cache}: is the cache{own}"
+    assert refusal(cache.parent) == f"--out {cache.parent}: contains the cache ({cache}){own}"
+
+
+def test_the_working_directory_is_named_first_then_the_home_folder(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running from the home folder names the working directory; a checkout in the home folder names home."""
+    own = "; choose a folder of its own for the results"
+    home = places["home"]
+    monkeypatch.chdir(home)
+    assert refusal(home) == f"--out {home}: is the working directory{own}"
+    monkeypatch.chdir(places["work"])
+    checkouts = repo_root().parent
+    monkeypatch.setenv("HOME", str(checkouts))
+    assert refusal(checkouts) == f"--out {checkouts}: is your home folder{own}"
+
+
+def test_without_a_known_home_folder_the_other_places_are_still_protected(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container user with no passwd entry and no $HOME."""
+    import pwd
+
+    def no_such_user(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pwd, "getpwuid", no_such_user)
+    work = places["work"]
+    assert refusal(work) == f"--out {work}: is the working directory; choose a folder of its own for the results"
+    check_out(places["tmp"] / "results", force=False, ours=lambda _p: False)
+
+
+def test_a_removed_working_directory_does_not_stop_the_checks(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = places["tmp"] / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    home = places["home"]
+    assert refusal(home) == f"--out {home}: is your home folder; choose a folder of its own for the results"
+    check_out(places["tmp"] / "results", force=False, ours=lambda _p: False)
+
+
+def test_the_refusals_of_an_existing_out_say_what_was_found(places: dict[str, Path]) -> None:
+    notes = places["tmp"] / "notes.txt"
+    notes.write_text("keep me\n")
+    with pytest.raises(ConfigError) as err:
+        check_out(notes, force=True, ours=lambda _p: True)
+    assert str(err.value) == f"--out {notes}: exists and is not a folder; nothing was written"
+    mine = places["tmp"] / "thesis"
+    mine.mkdir()
+    (mine / "chapter1.tex").write_text("years of work\n")
+    with pytest.raises(ConfigError) as err:
+        check_out(mine, force=True, ours=lambda _p: False)
+    assert str(err.value) == (
+        f"--out {mine}: exists and holds files that are not difflab results (no run.json written by "
+        "sglang-difflab); nothing was changed; choose a new folder"
+    )
+    with pytest.raises(ConfigError) as err:
+        check_out(mine, force=False, ours=lambda _p: True)
+    assert str(err.value) == f"--out {mine}: holds previous difflab results; pass --force to replace them"
+    assert notes.read_text() == "keep me\n" and (mine / "chapter1.tex").read_text() == "years of work\n"
