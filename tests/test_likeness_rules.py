@@ -532,3 +532,13 @@ def test_switch_words_take_the_last_attribute_name() -> None:
         "deferred decode KV release is on by default in this build "
         "(scheduler.prefill_kv_mgr.enable_deferred_decode_kv_release)"
     ]
+
+
+def test_a_backport_record_carries_sglangs_own_tests_only_when_they_were_replayed() -> None:
+    v = plain("base", "head")
+    assert "upstream_tests" not in v.to_dict()
+    v.upstream_tests = {"text": "probe: partial; SGLang's tests: 2 passed, 1 failed — they agree", "agree": True}
+    assert v.to_dict()["upstream_tests"] == {
+        "text": "probe: partial; SGLang's tests: 2 passed, 1 failed — they agree",
+        "agree": True,
+    }

@@ -437,6 +437,18 @@ def test_fix_verdict_record() -> None:
     }
 
 
+def test_the_record_carries_what_sglangs_own_tests_said_only_when_they_were_replayed() -> None:
+    base, head = CASES["confirmed"]
+    verdict = judge(make_fix("p"), {"p": (base, head)})
+    assert "upstream_tests" not in verdict.to_dict()
+    said = {"text": "probe: confirmed; SGLang's tests: 1 fixed — they agree", "agree": True}
+    verdict.upstream_tests = said
+    assert verdict.to_dict()["upstream_tests"] == {
+        "text": "probe: confirmed; SGLang's tests: 1 fixed — they agree",
+        "agree": True,
+    }
+
+
 def test_probe_record_without_observations() -> None:
     doc = judge_probe(spec(), None, None).to_dict()
     assert (doc["base"], doc["head"], doc["verdict"]) == (None, None, "error")
