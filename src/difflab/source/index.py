@@ -17,16 +17,19 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 import requests
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-from pypi_simple import ACCEPT_JSON_PREFERRED, ProjectPage
 
 from difflab.errors import SourceError
 from difflab.source.pip_config import PipSettings
+
+if TYPE_CHECKING:  # pypi_simple (with BeautifulSoup) is imported where an index is read: every command starts faster
+    from pypi_simple import ProjectPage
 
 _MANYLINUX = re.compile(r"^manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<machine>\w+)$")
 _LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
@@ -195,6 +198,8 @@ class IndexClient:
         return build_listing(package, files, sources, target or WheelTarget())
 
     def _index_files(self, index: str, package: str) -> list[IndexFile]:
+        from pypi_simple import ProjectPage
+
         url = index.rstrip("/") + "/" + canonicalize_name(package) + "/"
         if urlsplit(url).scheme == "file":
             folder = Path(url2pathname(urlsplit(url).path))
@@ -210,6 +215,8 @@ class IndexClient:
         return _files(project, package, redact(index))
 
     def _find_links_files(self, location: str, package: str) -> list[IndexFile]:
+        from pypi_simple import ProjectPage
+
         parts = urlsplit(location)
         if parts.scheme in ("http", "https"):
             response = self._get(location, location)
@@ -231,6 +238,8 @@ class IndexClient:
         return found
 
     def _get(self, url: str, where: str) -> requests.Response | None:
+        from pypi_simple import ACCEPT_JSON_PREFERRED
+
         host = urlsplit(url).hostname or ""
         verify: bool | str = False if host in self.settings.trusted_hosts else (self.settings.cert or True)
         try:
