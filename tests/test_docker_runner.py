@@ -186,6 +186,8 @@ def test_cpu_and_memory_limits(sandbox: dict[str, Observation], runner: DockerRu
 def test_hang_is_killed_with_the_log(
     runner: DockerRunner, engine: docker_engine.Engine, fake_source: MaterialisedSource, tmp_path: Path
 ) -> None:
+    probes = {"label": "org.difflab.role=probe"}
+    before = {c.id for c in engine.client().containers.list(all=True, filters=probes)}  # an earlier, killed run's
     started = time.perf_counter()
     (obs,) = runner.run([job("hang", fake_source, tmp_path, timeout_s=8)])
     assert obs.status == "error" and obs.runner == "docker"
@@ -193,7 +195,7 @@ def test_hang_is_killed_with_the_log(
     assert "hanging now" in obs.error
     assert "hanging now" in (tmp_path / "hang-head.log").read_text()
     assert time.perf_counter() - started < 8 + 30
-    left = engine.client().containers.list(all=True, filters={"label": "org.difflab.role=probe"})
+    left = [c for c in engine.client().containers.list(all=True, filters=probes) if c.id not in before]
     assert left == []
 
 

@@ -224,13 +224,27 @@ class DockerRunner:
                 return error_observation(job, self.name, f"docker engine error: {exc}", time.perf_counter() - started)
             finally:
                 if container is not None:
-                    with contextlib.suppress(Exception):
-                        container.remove(force=True)
+                    _remove(container)
             write_log(job, log)
             why = f"out of memory (limit {self.mem_limit})" if oom else f"exit {code}"
             return collect_result(
                 job, self.name, out, f"probe container died ({why})", log, time.perf_counter() - started
             )
+
+
+def _remove(container: Any, attempts: int = 5) -> None:
+    """Remove a probe's container, retrying while the engine is still busy with it (a kill in progress
+    answers 409 under load): a container left behind would outlive the run it belongs to."""
+    import docker.errors
+
+    for attempt in range(attempts):
+        try:
+            container.remove(force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except Exception:  # a busy or slow engine: try again, then give up quietly
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _logs(container: Any) -> str:
