@@ -97,3 +97,38 @@ def test_wheel_with_the_wrong_hash_is_refused_and_not_kept(tmp_path: Path) -> No
     assert not (cache / "wheels" / name).exists()
     assert not any((cache / "sources").glob("**/__init__.py"))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_command_imports_only_its_own_module_and_help_lists_every_one() -> None:
+    from difflab.cli import discover
+
+    assert [m.NAME for m in discover("run")] == ["run"]
+    every = [m.NAME for m in discover()]
+    assert every == [
+        "backport",
+        "bisect",
+        "contains",
+        "gpu",
+        "image",
+        "lock",
+        "merge",
+        "observe",
+        "pack",
+        "preflight",
+        "releases",
+        "reproduce",
+        "run",
+        "selfcheck",
+        "verify",
+    ]
+    assert [m.NAME for m in discover("no-such-command")] == every  # argparse then names the choices
+
+
+def test_a_run_does_not_import_the_other_commands_workflows() -> None:
+    code = (
+        "import sys\nfrom difflab.cli import main\n"
+        "try:\n    main(['merge', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('difflab.workflows.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "['difflab.workflows.merge']"
