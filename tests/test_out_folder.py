@@ -215,8 +215,8 @@ def test_the_working_directory_is_named_first_then_the_home_folder(
     home = places["home"]
     monkeypatch.chdir(home)
     assert refusal(home) == f"--out {home}: is the working directory{own}"
-    monkeypatch.chdir(places["work"])
     checkouts = repo_root().parent
+    monkeypatch.chdir("/")  # a working directory outside the checkouts' folder, wherever the clone lies
     monkeypatch.setenv("HOME", str(checkouts))
     assert refusal(checkouts) == f"--out {checkouts}: is your home folder{own}"
 
