@@ -30,11 +30,9 @@ number.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -46,7 +44,7 @@ from typing import Any, Protocol
 
 from difflab.probe.child import load_probe
 from difflab.probe.kit import Kit, MissingFakeAttribute
-from difflab.probe.process import EXIT_CRASH, redirect_output, write_line
+from difflab.probe.process import EXIT_CRASH, enter_forked_child, write_line
 
 MAX_REPEATS = 10_000
 """A trial whose ``run()`` reports no items would otherwise repeat for ever."""
@@ -230,17 +228,7 @@ def bench_main(req: dict[str, Any], import_log: str | None, close_fds: list[int]
     """In the forked bench process: never returns."""
     code = EXIT_CRASH
     try:
-        os.setpgid(0, 0)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for fd in close_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        redirect_output(req["log"])
-        if import_log:
-            with contextlib.suppress(OSError):
-                os.write(1, Path(import_log).read_bytes())
+        enter_forked_child(req["log"], import_log, close_fds)
         os.chdir(Path(req["log"]).parent)
         serve(Path(req["probe"]), inbox, outbox)
         code = 0

@@ -27,6 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 EXIT_CRASH = 70
@@ -303,6 +304,26 @@ def supervise(run: Callable[[], None], timeout_s: float | None) -> Ended:
     watch.close()
     code = os.waitstatus_to_exitcode(status)
     return Ended(code if code >= 0 else None, -code if code < 0 else None, timed_out, strays)
+
+
+def enter_forked_child(log: str, import_log: str | None, close_fds: list[int]) -> None:
+    """What every child a source server forks (a probe, a throughput bench) does first: a session of its
+    own (killed as one at its deadline), dying with its parent, reaping what it daemonises, the signal
+    handling of a fresh interpreter, none of the server's pipes, and its output in ``log`` (after the
+    server's import log, so the child's log says what was imported)."""
+    os.setsid()
+    die_with_parent()
+    become_subreaper()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    redirect_output(log)
+    if import_log:
+        with contextlib.suppress(OSError):
+            os.write(1, Path(import_log).read_bytes())
 
 
 def redirect_output(path: str) -> None:

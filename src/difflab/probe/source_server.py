@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import sys
 import time
 import traceback
@@ -32,8 +31,8 @@ from difflab.probe.process import (
     ChildWatch,
     Lines,
     become_subreaper,
-    die_with_parent,
     end_strays,
+    enter_forked_child,
     exited,
     fork_child,
     kill_group,
@@ -58,19 +57,7 @@ def probe_main(req: dict[str, Any], import_log: str | None, close_fds: list[int]
     """In the forked probe process: never returns."""
     code = EXIT_CRASH
     try:
-        os.setsid()  # a session (and group) of its own: killed as one at its deadline
-        die_with_parent()
-        become_subreaper()  # what it daemonises comes back to it, and dies when it ends
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
-        for fd in close_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        redirect_output(req["log"])
-        if import_log:
-            with contextlib.suppress(OSError):
-                os.write(1, Path(import_log).read_bytes())
+        enter_forked_child(req["log"], import_log, close_fds)
         os.chdir(Path(req["out"]).parent)
         result = run_probe(Path(req["probe"]))
         write_atomic(Path(req["out"]), result)
@@ -235,8 +222,6 @@ class SourceServer:
             bench_main(req, self.log, closing, to_r, from_w)
         os.close(to_r)
         os.close(from_w)
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)
         now = time.monotonic()
         deadline = now + float(req.get("timeout_s") or 180.0)
         self.running[pid] = Running(req["job"], pid, deadline, now, to_child=to_w, from_child=Lines(from_r))
