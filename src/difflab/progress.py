@@ -50,18 +50,21 @@ class Reporter:
         """A line for the person at the terminal (stderr), exactly as given."""
         print(text, file=sys.stderr, flush=True)
 
-    def track(self, runner: Runner, jobs: Sequence[ProbeJob]) -> list[Observation]:
-        if not jobs:
-            return []
-        with Progress(
-            TextColumn("[bold]probes[/bold]"),
+    def _bar(self, label: str) -> Progress:
+        return Progress(
+            TextColumn(f"[bold]{label}[/bold]"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.description}"),
             console=self.console,
             transient=False,
-        ) as bar:
+        )
+
+    def track(self, runner: Runner, jobs: Sequence[ProbeJob]) -> list[Observation]:
+        if not jobs:
+            return []
+        with self._bar("probes") as bar:
             task = bar.add_task("", total=len(jobs))
 
             def done(obs: Observation) -> None:
@@ -78,15 +81,7 @@ class Reporter:
     @contextlib.contextmanager
     def steps(self, label: str, total: int) -> Iterator[Callable[[str], None]]:
         """A bar for ``total`` steps of one task; the callable advances it and says what was done."""
-        with Progress(
-            TextColumn(f"[bold]{label}[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=self.console,
-            transient=False,
-        ) as bar:
+        with self._bar(label) as bar:
             task = bar.add_task("", total=total)
 
             def step(description: str) -> None:

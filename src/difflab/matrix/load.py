@@ -113,10 +113,7 @@ def _probe(w: _Where, where: str, raw: Any, *, channels_required: bool = True) -
     unknown = set(table) - {"name", "expect", "controls", "channels"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
-    name = _str(w, f"{where}.name", table.get("name"))
-    assert name is not None
-    if not _PROBE_NAME.fullmatch(name):
-        raise w.fail(f"{where}.name", f"{name!r} is not a probe module name")
+    name = _probe_module(w, f"{where}.name", table.get("name"))
     expect_raw = _table(w, f"{where}.expect", table.get("expect", {}))
     if not expect_raw:
         raise w.fail(f"{where}.expect", "a probe must declare at least one field the fix changes")
@@ -245,6 +242,15 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dic
     return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets), hunks=tuple(reverted))
 
 
+def _probe_module(w: _Where, where: str, value: Any) -> str:
+    """A probe's module name (a file under ``probes/``, or ``probes/throughput/``)."""
+    name = _str(w, where, value)
+    assert name is not None
+    if not _PROBE_NAME.fullmatch(name):
+        raise w.fail(where, f"{name!r} is not a probe module name")
+    return name
+
+
 def _throughput(w: _Where, where: str, raw: Any) -> str | None:
     """``[fixes.throughput] probe = "<name>"``: the probe in ``probes/throughput/`` timing the fix's hot path."""
     if raw is None:
@@ -253,11 +259,7 @@ def _throughput(w: _Where, where: str, raw: Any) -> str | None:
     unknown = set(table) - {"probe"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
-    name = _str(w, f"{where}.probe", table.get("probe"))
-    assert name is not None
-    if not _PROBE_NAME.fullmatch(name):
-        raise w.fail(f"{where}.probe", f"{name!r} is not a probe module name")
-    return name
+    return _probe_module(w, f"{where}.probe", table.get("probe"))
 
 
 def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fix:
