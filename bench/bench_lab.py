@@ -1,7 +1,7 @@
 """Benchmark: the lab against the naive way, side by side in one run. A script, not a test.
 
     .venv/bin/python bench/bench_lab.py [--quick] [--fix N] [--env-build] [--with-subprocess]
-                                        [--cache DIR] [--json FILE]
+                                        [--warm-runs N] [--against REF] [--cache DIR] [--json FILE]
     .venv/bin/python bench/bench_lab.py --render FILE      # the README table from a measurement
 
 Measuring writes every number into one JSON document (``--json``, default
@@ -19,7 +19,9 @@ built by the lab's own job builder from the lab's release source:
     cache, no learned hub preload list, fresh warm servers. The shared environment and
     the unpacked sources exist (their one-off cost is reported separately).
 (c) lab warm: ``--no-cache`` after (b): warm runner, bytecode cached, hub preload list
-    learned, OS page cache hot; every probe runs again (no result is reused).
+    learned, OS page cache hot; every probe runs again (no result is reused). Run
+    ``--warm-runs`` times (the median is its number, held to the 10 s budget); with
+    ``--against REF`` the lab's code at that commit runs the same, turn about with it.
 (d) lab cache hit: the same command as (b) again; every result comes from the cache.
 (e) with ``--with-subprocess``: ``--backend subprocess --no-cache``.
 
@@ -69,6 +71,8 @@ from difflab.source.sides import materialise_sides
 MB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
 LAST_RUN = Path(__file__).resolve().parents[1] / "results" / "bench.json"
+WARM_BUDGET_S = 10.0
+"""(c) on the full default matrix, on 2 cores: the budget a warm run is held to."""
 PHASES = {
     "a": "naive: a venv per version with sglang installed, a process per probe",
     "b": "lab cold (empty result cache, fresh warm servers)",
@@ -168,6 +172,8 @@ class Phase:
     disk: int
     note: str = ""
     observations: dict[tuple[str, str, str], tuple[str, Any]] = field(default_factory=dict)
+    runs: list[float] = field(default_factory=list)
+    """Every wall time of a repeated phase (``wall_s`` is their median)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "observations"}
@@ -309,12 +315,18 @@ def scratch_cache(scratch: Path, cache: Path) -> Path:
     return shared
 
 
-def phase_cli(key: str, args: list[str], cache: Path, out: Path, disk: int, note: str) -> Phase:
+def phase_cli(
+    key: str, args: list[str], cache: Path, out: Path, disk: int, note: str, lab: Path | None = None
+) -> Phase:
+    """One real ``difflab run`` in a subprocess, timed end to end; ``lab``: another checkout's code."""
     cmd = [sys.executable, "-m", "difflab", "run", "--no-bundle", "--out", str(out), *args]
-    say(f"({key}) {' '.join(cmd[2:])}")
+    say(f"({key}) {' '.join(cmd[2:])}" + (f"  [lab code: {lab}]" if lab else ""))
     started = time.perf_counter()
     env = dict(os.environ, DIFFLAB_CACHE=str(cache))  # the child's environment only
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if lab is not None:
+        env["PYTHONPATH"] = str(lab / "src")
+    cwd = lab or None
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
     with Sampler(proc.pid) as mem:
         output, _ = proc.communicate()
     wall = time.perf_counter() - started
@@ -327,6 +339,49 @@ def phase_cli(key: str, args: list[str], cache: Path, out: Path, disk: int, note
         if o["status"] != "unavailable":
             observations[(o["fix"], o["side"], o["probe"])] = (o["status"], o["fields"])
     return Phase(key, wall, mem.peak_rss, mem.peak_pss, disk, f"{note}; {cached} cached", observations)
+
+
+def phase_warm(
+    args: list[str], fixes: list[str], cache: Path, scratch: Path, disk: int, runs: int, against: Path | None
+) -> tuple[Phase, dict[str, Any] | None]:
+    """(c) ``runs`` times, and with ``against`` the other lab code's (c) in alternation with it.
+
+    A warm run is CPU-bound and a shared machine's speed drifts by tens of percent within
+    minutes, so one run says little: the median of several does, and a ratio against other
+    code measured turn about, in the same minutes, says most.
+    """
+    ours: list[Phase] = []
+    theirs: list[float] = []
+    for i in range(runs):
+        if against is not None:
+            # The other code reads its own default matrix (its schema may differ), for the same fixes.
+            other = phase_cli("c'", ["--no-cache", *fixes], cache, scratch / f"out-c-ref{i}", disk, "", against)
+            theirs.append(other.wall_s)
+        ours.append(phase_cli("c", [*args, "--no-cache"], cache, scratch / f"out-c{i}", disk, "all probes re-run"))
+    walls = [p.wall_s for p in ours]
+    phase = dataclasses.replace(ours[0], wall_s=statistics.median(walls), runs=walls)
+    if against is None:
+        return phase, None
+    ratios = [mine / other for mine, other in zip(walls, theirs, strict=True)]
+    return phase, {
+        "runs": theirs,
+        "median_s": statistics.median(theirs),
+        "ratio_median": statistics.median(ratios),
+        "ratios": ratios,
+    }
+
+
+def lab_at(ref: str, into: Path) -> Path:
+    """The lab's own code at a git commit (``src``, ``probes``, ``matrices``), for a side-by-side run."""
+    repo = Path(__file__).resolve().parents[1]
+    into.mkdir(parents=True)
+    cmd = ["git", "-C", str(repo), "archive", "--format=tar", ref, "src", "probes", "matrices"]
+    git = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(into)], stdin=git.stdout, check=True)
+    _, err = git.communicate()
+    if git.returncode != 0:
+        raise SystemExit(f"--against {ref}: git archive failed: {err.decode(errors='replace').strip()}")
+    return into
 
 
 def contains_cli(args: list[str], cache: Path, out: Path) -> tuple[float, dict[str, Any]]:
@@ -486,7 +541,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cold = phase_cli("b", common, lab, scratch / "out-b", 0, "shared env + sources exist")
         cold.disk = lab_disk = disk_static + du(*(lab / n for n in ("pycache", "results", "warm", "childlib")))
         phases.append(cold)
-        phases.append(phase_cli("c", [*common, "--no-cache"], lab, scratch / "out-c", lab_disk, "all probes re-run"))
+        against = lab_at(args.against, scratch / "against") if args.against else None
+        fix_args = [a for f in fixes for a in ("--fix", f.id)]
+        warm, side_by_side = phase_warm(common, fix_args, lab, scratch, lab_disk, args.warm_runs, against)
+        phases.append(warm)
+        results["warm_budget_s"] = WARM_BUDGET_S
+        if side_by_side is not None:
+            results["against"] = {"ref": args.against, **side_by_side}
         phases.append(phase_cli("d", common, lab, scratch / "out-d", lab_disk, "nothing re-runs"))
         if args.with_subprocess:
             e_args = [*common, "--no-cache", "--backend", "subprocess"]
@@ -556,9 +617,28 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Observations identical to ({results['identical_to']}): {same}",
     ]
+    lines += render_warm(results)
     if "contains" in results:
         lines += ["", *render_contains(results["contains"])]
     return "\n".join(lines) + "\n"
+
+
+def render_warm(results: dict[str, Any]) -> list[str]:
+    """(c)'s spread, its budget, and the side-by-side ratio against other lab code."""
+    warm = next((p for p in results["phases"] if p["key"] == "c"), None)
+    if warm is None or not warm.get("runs"):
+        return []
+    runs, budget = warm["runs"], results.get("warm_budget_s", WARM_BUDGET_S)
+    spread = f"{min(runs):.1f}–{max(runs):.1f}"
+    met = "within" if warm["wall_s"] < budget else "OVER"
+    lines = ["", f"(c) median of {len(runs)} runs {warm['wall_s']:.1f} s ({spread}): {met} the {budget:.0f} s budget."]
+    other = results.get("against")
+    if other:
+        lines.append(
+            f"Turn about with the lab at {other['ref']}: {other['median_s']:.1f} s median; "
+            f"this code / that code = {other['ratio_median']:.2f} (median of {len(other['ratios'])} pairs)."
+        )
+    return lines
 
 
 def render_contains(c: dict[str, Any]) -> list[str]:
@@ -586,6 +666,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-contains", action="store_true", help="skip the release watch (contains --all)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (venvs, runs)")
+    parser.add_argument("--warm-runs", type=int, default=5, metavar="N", help="(c) N times; its wall is the median")
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also time the lab's code at git REF warm, turn about with (c), and print the ratio",
+    )
     parser.add_argument(
         "--cache", type=Path, default=None, help="the lab cache to measure from (default: $DIFFLAB_CACHE)"
     )

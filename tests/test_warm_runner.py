@@ -10,6 +10,7 @@ process observes.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ class HostEnvironment:
 
     python: Path = field(default_factory=lambda: Path(sys.executable))
     digest: str = "host-test"
+    ready: bool = True
 
 
 PROBES = {
@@ -100,9 +102,9 @@ def job(lab: Path, probe: str, source: MaterialisedSource, n: int = 0, timeout_s
 
 def runner(**options: Any) -> WarmRunner:
     options.setdefault("learn", False)
+    options.setdefault("hub_preload", ())
     return WarmRunner(
         environment=HostEnvironment(),
-        hub_preload=(),
         server_preload=("toymod",),  # type: ignore[arg-type]
         **options,
     )
@@ -185,6 +187,36 @@ def test_the_hub_outlives_a_run_and_stops_on_close(lab: Path) -> None:
     assert r._hub is hub
     r.close()
     assert not hub.alive
+
+
+def test_a_hub_started_early_is_the_one_the_run_uses(lab: Path) -> None:
+    src = toy_source(lab, "a")
+    with runner() as r:
+        r.start_early()
+        early = r._hub
+        assert early is not None and not early.ready  # started, not waited for
+        (obs,) = r.run([job(lab, "toy_patch", src)])
+        assert r._hub is early and obs.status == "ok" and obs.runner == "warm"
+        assert len(r.stats["hubs"]) == 1
+
+
+def test_no_early_start_without_a_ready_environment(lab: Path) -> None:
+    r = WarmRunner(environment=HostEnvironment(ready=False), learn=False)  # type: ignore[arg-type]
+    r.start_early()
+    assert r._hub is None
+
+
+def test_a_hub_still_importing_is_killed_at_once_on_close(lab: Path) -> None:
+    from difflab.runner import childlib
+
+    (childlib.stage() / "difflab_test_slow.py").write_text("import time\ntime.sleep(60)\n")
+    r = runner(hub_preload=("difflab_test_slow",))
+    r.start_early()
+    hub = r._hub
+    assert hub is not None
+    started = time.monotonic()
+    r.close()
+    assert time.monotonic() - started < 5 and not hub.alive  # not the 10 s a serving hub is given
 
 
 def test_the_hub_learns_what_servers_import_and_forgets_a_list_that_breaks_forking(lab: Path) -> None:

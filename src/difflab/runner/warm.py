@@ -88,17 +88,27 @@ class _Hub:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
         hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest())
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
-        try:
-            ready = hub.next_event(START_TIMEOUT_S)
-        except WarmUnavailable:
-            hub.close()
-            raise
-        if ready.get("event") != "hub-ready" or int(ready.get("threads", 1)) > 1:
-            hub.close()
-            raise WarmUnavailable(f"hub not usable: {ready}")
-        hub.info = ready
         atexit.register(hub.close)
         return hub
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.info)
+
+    def wait_ready(self) -> _Hub:
+        """Block until the hub has imported its modules; raises :class:`WarmUnavailable` if it cannot serve."""
+        if self.ready:
+            return self
+        try:
+            ready = self.next_event(START_TIMEOUT_S)
+        except WarmUnavailable:
+            self.close()
+            raise
+        if ready.get("event") != "hub-ready" or int(ready.get("threads", 1)) > 1:
+            self.close()
+            raise WarmUnavailable(f"hub not usable: {ready}")
+        self.info = ready
+        return self
 
     def send(self, message: dict[str, Any]) -> None:
         try:
@@ -141,8 +151,13 @@ class _Hub:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        """End of input stops the hub, which stops its servers and their probes."""
+        """End of input stops the hub, which stops its servers and their probes.
+
+        A hub still importing reads no input yet and has forked nothing: it is killed.
+        """
         atexit.unregister(self.close)
+        if not self.ready and self.proc.poll() is None:
+            self.proc.kill()
         try:
             if self.proc.stdin:
                 self.proc.stdin.close()
@@ -196,6 +211,7 @@ class WarmRunner:
     hermetic: ClassVar[bool] = False
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
+    _hub_learned: Path | None = field(default=None, init=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -255,27 +271,51 @@ class WarmRunner:
         self._names += 1
         return f"s{self._names}"
 
-    def _hub_for(self, child_root: Path) -> _Hub:
-        if self._hub is not None and (not self._hub.alive or self._hub.child_digest != childlib.child_digest()):
-            self.close()
-        if self._hub is None:
-            pycache = self.pycache or self._cache / "pycache"
-            learned = self._learned_file() if self.learn and self._learned_file().exists() else None
-            try:
-                self._hub = _Hub.start(
-                    self.environment.python, child_root, self.hub_preload, learned, pycache, self.cache
-                )
-            except WarmUnavailable:
-                if learned is None:
-                    raise
-                # A learned module may have started a thread (the hub cannot fork then) or crashed:
-                # forget the list rather than fall back to fresh processes from now on.
-                learned.unlink(missing_ok=True)
-                self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, pycache, self.cache)
-            self.stats["hubs"].append({k: self._hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
-            if learned is not None and self._hub.info.get("failed"):
-                self._forget(set(self._hub.info["failed"]))  # e.g. a module a library made up at run time
+    def start_early(self) -> None:
+        """Start the hub's imports now, without waiting: the caller prepares its sources meanwhile.
+
+        The hub's import is the one serial step of a warm run (seconds on one core); whatever the
+        lab does before its first probe runs beside it instead of before it.
+        """
+        if self._hub is None and self.environment.ready:
+            self._spawn(childlib.stage(self.cache))
+
+    def _spawn(self, child_root: Path) -> _Hub:
+        learned = self._learned_file() if self.learn and self._learned_file().exists() else None
+        self._hub = _Hub.start(
+            self.environment.python, child_root, self.hub_preload, learned, self._pycache, self.cache
+        )
+        self._hub_learned = learned
         return self._hub
+
+    def _hub_for(self, child_root: Path) -> _Hub:
+        hub = self._hub
+        if hub is not None and (hub.child_digest != childlib.child_digest() or (hub.ready and not hub.alive)):
+            self.close()  # a hub still importing that died says so in wait_ready, below
+        hub = self._hub or self._spawn(child_root)
+        if hub.ready:
+            return hub
+        learned = self._hub_learned
+        try:
+            hub.wait_ready()
+        except WarmUnavailable:
+            self._hub = None
+            if learned is None:
+                raise
+            # A learned module may have started a thread (the hub cannot fork then) or crashed:
+            # forget the list rather than fall back to fresh processes from now on.
+            learned.unlink(missing_ok=True)
+            self._hub_learned = None
+            hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, self._pycache, self.cache)
+            self._hub = hub.wait_ready()
+        self.stats["hubs"].append({k: hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
+        if learned is not None and hub.info.get("failed"):
+            self._forget(set(hub.info["failed"]))  # e.g. a module a library made up at run time
+        return hub
+
+    @property
+    def _pycache(self) -> Path:
+        return self.pycache or self._cache / "pycache"
 
     @property
     def _cache(self) -> Path:
@@ -318,7 +358,9 @@ class WarmRunner:
         by_source: dict[tuple[str, str], deque[int]] = {}
         for i, job in enumerate(jobs):
             by_source.setdefault((str(job.source.root), job.source.digest), deque()).append(i)
-        waiting = deque(by_source.items())
+        # The sources with the most probes first: the last server to open then has the least to do,
+        # so the run does not end on one core while the other idles.
+        waiting = deque(sorted(by_source.items(), key=lambda item: -len(item[1])))
         servers: dict[str, _Server] = {}
         running = 0
         watchdog = max(j.timeout_s for j in jobs) + START_TIMEOUT_S

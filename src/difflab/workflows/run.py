@@ -7,7 +7,9 @@ good result.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,22 @@ def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | No
     return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
 
 
+@contextlib.contextmanager
+def started_early(runner: Runner) -> Iterator[None]:
+    """A warm runner's hub imports while the sources are prepared, and is stopped when the run ends.
+
+    Only an uncached warm runner starts early: behind the result cache a run may need no probe at all.
+    """
+    if not isinstance(runner, WarmRunner):
+        yield
+        return
+    runner.start_early()
+    try:
+        yield
+    finally:
+        runner.close()
+
+
 def upstream_replay(
     fixes: list[Fix],
     sources: Sources,
@@ -132,13 +150,13 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
         raise ConfigError(f"--upstream-tests runs in the local shared environment; not with --backend {req.runner}")
     replaying = req.both_sides and local and (folder is not None or req.source_kind == "git")
     out = (req.out or default_out()).resolve()
-    with results_folder(out, force=req.force, ours=is_run_folder) as work:
+    env = SharedEnvironment()
+    runner = make_runner(req, env, reporter)
+    with results_folder(out, force=req.force, ours=is_run_folder) as work, started_early(runner):
         backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
         sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
-        env = SharedEnvironment()
         if local:
             env.ensure(progress=reporter.say)
-        runner = make_runner(req, env, reporter)
         observed = observe(fixes, sources, runner, work, reporter, req.timeout_s)
         verdicts: list[FixVerdict] = []
         if req.both_sides:
