@@ -374,13 +374,21 @@ def phase_warm(
 def lab_at(ref: str, into: Path) -> Path:
     """The lab's own code at a git commit (``src``, ``probes``, ``matrices``), for a side-by-side run."""
     repo = Path(__file__).resolve().parents[1]
+    found = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--against {ref}: no such commit in {repo}")
     into.mkdir(parents=True)
-    cmd = ["git", "-C", str(repo), "archive", "--format=tar", ref, "src", "probes", "matrices"]
-    git = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "-C", str(into)], stdin=git.stdout, check=True)
-    _, err = git.communicate()
-    if git.returncode != 0:
-        raise SystemExit(f"--against {ref}: git archive failed: {err.decode(errors='replace').strip()}")
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", found.stdout.strip(), "src", "probes", "matrices"],
+        capture_output=True,
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {ref}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
 
 
@@ -528,6 +536,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="difflab-bench-"))
     common = ["--matrix", str(args.matrix), *(a for f in fixes for a in ("--fix", f.id))]
     try:
+        against = lab_at(args.against, scratch / "against") if args.against else None  # a bad ref stops it here
         jobs = bench_jobs(fixes, backend, scratch / "logs")
         results: dict[str, Any] = {"cores": os.cpu_count(), "jobs": len(jobs), "releases": releases}
         results["load_before"] = os.getloadavg()
@@ -541,7 +550,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cold = phase_cli("b", common, lab, scratch / "out-b", 0, "shared env + sources exist")
         cold.disk = lab_disk = disk_static + du(*(lab / n for n in ("pycache", "results", "warm", "childlib")))
         phases.append(cold)
-        against = lab_at(args.against, scratch / "against") if args.against else None
         fix_args = [a for f in fixes for a in ("--fix", f.id)]
         warm, side_by_side = phase_warm(common, fix_args, lab, scratch, lab_disk, args.warm_runs, against)
         phases.append(warm)
@@ -678,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=LAST_RUN, help="where the numbers go (default: %(default)s)")
     parser.add_argument("--render", type=Path, metavar="FILE", help="only render the tables from a measurement")
     args = parser.parse_args(argv)
+    if args.warm_runs < 1:
+        parser.error(f"--warm-runs must be at least 1, got {args.warm_runs}")
     if args.render:
         print(render(json.loads(args.render.read_text())), end="")
         return 0
