@@ -58,6 +58,8 @@ class _Hub:
     folder: Path
     log: IO[bytes]
     child_digest: str
+    preload_file: Path | None = None
+    """The learned list this hub was started with (forgotten if the hub cannot serve with it)."""
     info: dict[str, Any] = field(default_factory=dict)
     buffer: bytes = b""
 
@@ -86,7 +88,7 @@ class _Hub:
             str(pycache or ""),
         ]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
-        hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest())
+        hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest(), preload_file=preload_file)
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
         atexit.register(hub.close)
         return hub
@@ -211,7 +213,6 @@ class WarmRunner:
     hermetic: ClassVar[bool] = False
     _hub: _Hub | None = field(default=None, init=False, repr=False)
     _names: int = field(default=0, init=False, repr=False)
-    _hub_learned: Path | None = field(default=None, init=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -280,12 +281,11 @@ class WarmRunner:
         if self._hub is None and self.environment.ready:
             self._spawn(childlib.stage(self.cache))
 
-    def _spawn(self, child_root: Path) -> _Hub:
-        learned = self._learned_file() if self.learn and self._learned_file().exists() else None
-        self._hub = _Hub.start(
-            self.environment.python, child_root, self.hub_preload, learned, self._pycache, self.cache
-        )
-        self._hub_learned = learned
+    def _spawn(self, child_root: Path, learned: bool = True) -> _Hub:
+        """Start a hub (not waited for); ``learned``: with the learned preload list, if there is one."""
+        path = self._learned_file()
+        use = path if learned and self.learn and path.exists() else None
+        self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, use, self._pycache, self.cache)
         return self._hub
 
     def _hub_for(self, child_root: Path) -> _Hub:
@@ -295,7 +295,7 @@ class WarmRunner:
         hub = self._hub or self._spawn(child_root)
         if hub.ready:
             return hub
-        learned = self._hub_learned
+        learned = hub.preload_file
         try:
             hub.wait_ready()
         except WarmUnavailable:
@@ -305,9 +305,7 @@ class WarmRunner:
             # A learned module may have started a thread (the hub cannot fork then) or crashed:
             # forget the list rather than fall back to fresh processes from now on.
             learned.unlink(missing_ok=True)
-            self._hub_learned = None
-            hub = _Hub.start(self.environment.python, child_root, self.hub_preload, None, self._pycache, self.cache)
-            self._hub = hub.wait_ready()
+            hub = self._spawn(child_root, learned=False).wait_ready()
         self.stats["hubs"].append({k: hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
         if learned is not None and hub.info.get("failed"):
             self._forget(set(hub.info["failed"]))  # e.g. a module a library made up at run time

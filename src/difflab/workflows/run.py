@@ -107,10 +107,8 @@ def started_early(runner: Runner) -> Iterator[None]:
         yield
         return
     runner.start_early()
-    try:
+    with runner:
         yield
-    finally:
-        runner.close()
 
 
 def upstream_replay(
