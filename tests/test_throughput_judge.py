@@ -29,7 +29,7 @@ SIZES = (10, 100, 1000)
 WORKLOADS = [{"name": "door.valid", "unit": "requests", "what": "a door"}, {"name": "door.mixed", "unit": "requests"}]
 
 
-def rounds(seed: int, per_item: float, exponent: float = 0.0, n: int = 8, noise: float = 0.03) -> list:
+def rounds(seed: int, per_item: float, exponent: float = 0.0, n: int = 12, noise: float = 0.03) -> list:
     """``n`` rounds of time per item ``per_item * (size/10)**exponent``, lognormal noise."""
     rng = np.random.default_rng(seed)
     return [
@@ -71,9 +71,9 @@ def test_a_linear_scan_shows_in_the_exponent():
     assert r.workloads[0].sizes["10"]["ratio"] == pytest.approx(1.0, rel=0.1)
 
 
-def test_seven_rounds_are_the_fewest_that_can_be_significant():
-    assert judged(rounds(9, 1e-5, n=6), rounds(10, 2e-5, n=6)).mark == "~"  # 2 / C(12, 6) = 0.0022
-    assert judged(rounds(9, 1e-5, n=7), rounds(10, 2e-5, n=7)).mark == "+"  # 2 / C(14, 7) = 0.00058
+def test_ten_rounds_are_the_fewest_that_can_be_significant():
+    assert judged(rounds(9, 1e-5, n=9), rounds(10, 2e-5, n=9)).mark == "~"  # 2 / 2**9 = 0.0039
+    assert judged(rounds(9, 1e-5, n=10), rounds(10, 2e-5, n=10)).mark == "+"  # 2 / 2**10 = 0.00195
 
 
 def test_scaling_helpers():
@@ -100,7 +100,7 @@ def test_reports_name_the_mark_ratio_interval_p_and_exponents():
     assert cases["throughput.41404"].outcome == "error"
     assert all(c.outcome != "failed" for c in junit_cases([slow], None))  # informational by default
     doc = slow.to_dict()
-    assert doc["mark"] == "+" and doc["alpha"] == 0.002 and len(doc["samples"]["head"]) == 8
+    assert doc["mark"] == "+" and doc["alpha"] == 0.002 and len(doc["samples"]["head"]) == 12
     assert json.loads(json.dumps(doc)) == doc
 
 

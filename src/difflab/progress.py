@@ -117,9 +117,11 @@ class Reporter:
                 why = (r.reason or "").splitlines()[0] if r.reason else ""
                 table.add_row(r.label, "", "", "", "", "", f"{r.status}: {why}")
                 continue
-            style = {"+": "red", "-": "green"}.get(r.mark, "")
+            style = {"+": "red", "-": "green", "?": "yellow"}.get(r.mark, "")
             mark = f"[{style}]{r.mark}[/{style}]" if style else r.mark
             failing = "[bold red]fails[/bold red]" if r.fails(fail_above) else ""
+            if r.mark == "?":
+                failing = f"unstable: ±{r.comparison.spread:.0%}"
             table.add_row(
                 r.label,
                 mark,

@@ -1,17 +1,19 @@
 """Throughput, base against head: did the fix make its hot path slower, and does the cost grow with load?
 
 Input: each side's rounds, ``rounds[r][workload][size]`` = CPU seconds per item (the median
-of that round's runs, :mod:`difflab.probe.bench`). Rounds are the independent samples:
+of that round's runs, :mod:`difflab.probe.bench`). Round ``r`` of base and round ``r`` of
+head ran back to back, so they are judged as a pair:
 
 - a workload's round sample is the geometric mean of its sizes; the fix's is the geometric
   mean of every workload and size (a 2x slower cell and a 2x faster one cancel out);
-- ratio = mean(head) / mean(base) of those samples, with its bootstrap interval and the
-  Mann-Whitney U p-value (:mod:`difflab.stats.compare`), significant at asv's p < 0.002
-  when the interval agrees; the mark is asv's: ``+`` slower, ``-`` faster, ``~`` not
-  significant;
+- ratio = the median over pairs of head / base, with its bootstrap interval and the Wilcoxon
+  signed-rank p (:mod:`difflab.stats.paired`); ``+`` slower and ``-`` faster need p < 0.002
+  (asv's threshold), the interval excluding 1 and a ratio beyond ``1 ± MIN_EFFECT``; a
+  measurement that shows none of that with an interval wider than ``± MAX_SPREAD`` is ``?``
+  (unstable, the machine too noisy to tell), else ``~``;
 - the exponent: per round, the slope of log(time per item) over log(size)
   (:mod:`difflab.stats.scaling`); each side's exponent is the median over its rounds, and
-  the two sides' per-round exponents get a rank test of their own.
+  the per-round pairs of exponents get a signed-rank test of their own.
 
 Informational unless a factor is given: :meth:`ThroughputResult.fails` is a significant
 slowdown beyond it.
@@ -23,11 +25,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.stats.compare import Comparison, compare, mann_whitney_p
+from difflab.stats.paired import PairedComparison, compare_paired, wilcoxon_p
 from difflab.stats.scaling import fit_exponent, geometric_mean
 
 ALPHA = 0.002
-"""asv's threshold for the Mann-Whitney U test."""
+"""asv's threshold, here for the Wilcoxon signed-rank test on the paired rounds."""
+MIN_EFFECT = 0.05
+"""Head against head in fresh processes differs by up to a few percent (memory layout, hash
+seeds): a ratio within 1 ± 5 % is ``~`` however consistent (docs/throughput.md, the A/A)."""
+MAX_SPREAD = 0.25
+"""An interval wider than ± 25 % cannot tell a 1.25x slowdown from none: ``?`` (unstable)."""
 STATUSES = ("ok", "error", "unavailable")
 
 Rounds = list[dict[str, dict[str, float]]]
@@ -53,10 +60,10 @@ class WorkloadResult:
     name: str
     unit: str
     what: str
-    comparison: Comparison
+    comparison: PairedComparison
     exponent: Scaling
     sizes: dict[str, dict[str, float]]
-    """``str(size)`` -> base and head medians (seconds per item) and their ratio."""
+    """``str(size)`` -> base and head medians (seconds per item) and the median of the paired ratios."""
 
     @property
     def mark(self) -> str:
@@ -68,8 +75,10 @@ class WorkloadResult:
             "unit": self.unit,
             "what": self.what,
             "mark": self.mark,
+            "outcome": self.comparison.outcome,
             "ratio": self.comparison.ratio,
-            "ci": [1.0 + self.comparison.ci_low, 1.0 + self.comparison.ci_high],
+            "ci": [self.comparison.ratio_low, self.comparison.ratio_high],
+            "spread": self.comparison.spread,
             "p_value": self.comparison.p_value,
             "exponent": self.exponent.to_dict(),
             "sizes": self.sizes,
@@ -88,7 +97,7 @@ class ThroughputResult:
     base: dict[str, Any] = field(default_factory=dict)
     head: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    comparison: Comparison | None = None
+    comparison: PairedComparison | None = None
     exponent: Scaling | None = None
     workloads: list[WorkloadResult] = field(default_factory=list)
     samples: dict[str, Rounds] = field(default_factory=dict)
@@ -96,7 +105,7 @@ class ThroughputResult:
     """What the A/B took, both bench processes started to both ended."""
     cpu_s: float | None = None
     """CPU time the two bench processes spent in their rounds (warm-up included)."""
-    wall: Comparison | None = None
+    wall: PairedComparison | None = None
     """The same A/B in wall-clock time per item (CPU time is what is judged)."""
 
     @property
@@ -108,13 +117,18 @@ class ThroughputResult:
         return self.comparison.mark if self.comparison is not None else "!"
 
     @property
+    def outcome(self) -> str | None:
+        """``slower``, ``faster``, ``same`` or ``unstable``; None without a measurement."""
+        return self.comparison.outcome if self.comparison is not None else None
+
+    @property
     def ratio(self) -> float | None:
         return self.comparison.ratio if self.comparison is not None else None
 
     @property
     def ci(self) -> tuple[float, float] | None:
         c = self.comparison
-        return (1.0 + c.ci_low, 1.0 + c.ci_high) if c is not None else None
+        return (c.ratio_low, c.ratio_high) if c is not None else None
 
     def fails(self, factor: float | None) -> bool:
         """A significant slowdown beyond ``factor`` (None: informational, never fails)."""
@@ -131,11 +145,15 @@ class ThroughputResult:
             "head": self.head,
             "settings": self.settings,
             "mark": self.mark if c is not None else None,
+            "outcome": self.outcome,
             "ratio": self.ratio,
             "ci": list(self.ci) if self.ci else None,
+            "spread": c.spread if c is not None else None,
             "confidence": c.confidence if c is not None else None,
             "p_value": c.p_value if c is not None else None,
             "alpha": ALPHA,
+            "min_effect": MIN_EFFECT,
+            "max_spread": MAX_SPREAD,
             "exponent": self.exponent.to_dict() if self.exponent else None,
             "workloads": [w.to_dict() for w in self.workloads],
             "samples": self.samples,
@@ -145,7 +163,8 @@ class ThroughputResult:
                 {
                     "mark": self.wall.mark,
                     "ratio": self.wall.ratio,
-                    "ci": [1.0 + self.wall.ci_low, 1.0 + self.wall.ci_high],
+                    "ci": [self.wall.ratio_low, self.wall.ratio_high],
+                    "spread": self.wall.spread,
                     "p_value": self.wall.p_value,
                 }
                 if self.wall is not None
@@ -172,16 +191,17 @@ def _scaling(base: Rounds, head: Rounds, workloads: list[str], sizes: list[int])
         return Scaling(float("nan"), float("nan"), 1.0)
     b = [_round_exponent(r, workloads, sizes) for r in base]
     h = [_round_exponent(r, workloads, sizes) for r in head]
-    return Scaling(statistics.median(b), statistics.median(h), mann_whitney_p(b, h))
+    return Scaling(statistics.median(b), statistics.median(h), wilcoxon_p([y - x for x, y in zip(b, h, strict=True)]))
 
 
-def _compare(metric: str, base: Rounds, head: Rounds, workloads: list[str], seed: int) -> Comparison:
-    return compare(
+def _compare(metric: str, base: Rounds, head: Rounds, workloads: list[str], seed: int) -> PairedComparison:
+    return compare_paired(
         metric,
         [_round_sample(r, workloads) for r in base],
         [_round_sample(r, workloads) for r in head],
-        higher_is_better=False,
         alpha=ALPHA,
+        min_effect=MIN_EFFECT,
+        max_spread=MAX_SPREAD,
         seed=seed,
     )
 
@@ -196,12 +216,16 @@ def judge_throughput(
 ) -> ThroughputResult:
     """Fill ``result`` (status ok) from both sides' rounds; ``described`` lists the probe's workloads.
 
+    ``base[r]`` and ``head[r]`` ran back to back: they are judged as a pair.
+
     ``base``/``head`` are CPU time per item, what is judged; ``wall`` (per side) the same
     rounds in wall time, compared alongside: a path that started to wait (a lock, a sleep)
     shows there and not in CPU time.
     """
     if not base or not head:
         raise ValueError("no rounds to compare")
+    if len(base) != len(head):
+        raise ValueError(f"rounds are judged in pairs: {len(base)} base rounds against {len(head)} head rounds")
     names = [w["name"] for w in described]
     missing = [n for n in names if any(n not in r for r in (*base, *head))]
     if missing:
@@ -220,7 +244,8 @@ def judge_throughput(
         for n in sizes:
             b = statistics.median(r[name][str(n)] for r in base)
             h = statistics.median(r[name][str(n)] for r in head)
-            per_size[str(n)] = {"base": b, "head": h, "ratio": h / b}
+            paired = statistics.median(hr[name][str(n)] / br[name][str(n)] for br, hr in zip(base, head, strict=True))
+            per_size[str(n)] = {"base": b, "head": h, "ratio": paired}
         result.workloads.append(
             WorkloadResult(
                 name=name,

@@ -1,7 +1,7 @@
 """The throughput part of a run's reports: a section of summary.md, JUnit cases, the diff.json part.
 
-One row per fix (ratio head/base of time per item, its interval, the Mann-Whitney p, the
-asv mark, the growth exponent per side), then one per workload and size. Informational
+One row per fix (ratio head/base of time per item, its interval, the Wilcoxon p on the paired
+rounds, the mark, the growth exponent per side), then one per workload and size. Informational
 unless a factor was given: then a significant slowdown beyond it is a failed JUnit case.
 """
 
@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from difflab.diff.throughput import ALPHA, ThroughputResult
+from difflab.diff.throughput import ALPHA, MAX_SPREAD, MIN_EFFECT, ThroughputResult
 from difflab.report.junit import Case
 from difflab.report.markdown import cell, table
 
-MEANING = {"+": "slower", "-": "faster", "~": "no significant difference", "!": "not measured"}
+MEANING = {
+    "+": "slower",
+    "-": "faster",
+    "~": "no significant difference",
+    "?": "unstable: too noisy to tell",
+    "!": "not measured",
+}
 
 
 def _exp(value: float | None) -> str:
@@ -33,6 +39,8 @@ def verdict(result: ThroughputResult, fail_above: float | None) -> str:
     if not result.ok:
         return result.status
     words = MEANING[result.mark]
+    if result.mark == "?" and result.comparison is not None:
+        words = f"{words} (±{result.comparison.spread:.0%})"
     if result.fails(fail_above):
         return f"{words}: beyond ×{fail_above:g}, fails"
     return words
@@ -51,9 +59,12 @@ def summary_lines(results: list[ThroughputResult], fail_above: float | None) -> 
         f"CPU time per item, head / base: < 1 is faster (the wall-clock ratio is in diff.json). "
         f"Rounds interleaved base, head, base, head "
         f"({settings.get('rounds', '?')} per side after {settings.get('warmup', '?')} warm-up); "
-        f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}; significant at Mann-Whitney "
-        f"p < {ALPHA:g} with the 95 % bootstrap interval agreeing; marks as asv prints them "
-        f"(`+` slower, `-` faster, `~` not significant); {gate}. Exponent: time per item ∝ size^k.",
+        f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}. Each round's base and head "
+        f"samples are a pair: ratio = median of the paired ratios; `+` slower / `-` faster need "
+        f"Wilcoxon p < {ALPHA:g}, the 95 % bootstrap interval excluding 1 and a ratio beyond "
+        f"1 ± {MIN_EFFECT:.0%}; `~` none of that; `?` unstable: none of that, and an interval wider "
+        f"than ± {MAX_SPREAD:.0%} (the measured spread in brackets); {gate}. "
+        f"Exponent: time per item ∝ size^k.",
         "",
     ]
     rows = []
@@ -86,7 +97,7 @@ def summary_lines(results: list[ThroughputResult], fail_above: float | None) -> 
                     f"`{w.name}`",
                     f"`{w.mark}`",
                     f"{w.comparison.ratio:.3f}",
-                    f"{1 + w.comparison.ci_low:.3f}–{1 + w.comparison.ci_high:.3f}",
+                    f"{w.comparison.ratio_low:.3f}–{w.comparison.ratio_high:.3f}",
                     _p(w.comparison.p_value),
                     f"{_exp(w.exponent.base)} → {_exp(w.exponent.head)}",
                     sizes,
@@ -111,7 +122,8 @@ def junit_cases(results: list[ThroughputResult], fail_above: float | None) -> It
             continue
         assert r.comparison is not None and r.exponent is not None
         message = (
-            f"{r.mark} ratio {r.ratio:.3f} (95% CI {_ci(r)}, p={r.comparison.p_value:.2g}), "
+            f"{r.mark} {r.outcome} ratio {r.ratio:.3f} (95% CI {_ci(r)}, ±{r.comparison.spread:.1%}, "
+            f"p={r.comparison.p_value:.2g}), "
             f"exponent {_exp(r.exponent.base)} -> {_exp(r.exponent.head)}"
         )
         details = "\n".join(

@@ -3,7 +3,7 @@
 Per fix, one bench child per side (:mod:`difflab.probe.bench`), forked from the warm
 back end's server for that side's source and kept alive for the whole A/B
 (:mod:`difflab.runner.warm_bench`): warm-up rounds (base, head; discarded), then
-``rounds`` rounds in the order base, head, base, head ... Fixes run one after another, so
+``rounds`` rounds, each a pair whose order turns about (base, head, head, base ...). Fixes run one after another, so
 only one bench process times at a time. Judged by :mod:`difflab.diff.throughput`; the
 bench logs' tails are kept in ``throughput/<fix>/<side>.log``.
 """
@@ -31,8 +31,9 @@ from difflab.source import MaterialisedSource
 from difflab.stats.compare import DEFAULT_SEED
 
 DEFAULT_ROUNDS = 10
-"""Per side. With fewer than 7 no difference can reach p < 0.002 (2 / C(12, 6) = 0.0022)."""
-MIN_SIGNIFICANT_ROUNDS = 7
+"""Per side. Rounds are judged in pairs: with fewer than 10 no difference can reach p < 0.002
+(the Wilcoxon signed-rank test's smallest two-sided p is 2 / 2**n)."""
+MIN_SIGNIFICANT_ROUNDS = 10
 DEFAULT_SIZES = (10, 100, 1000)
 WARMUP_BUDGET = {"min_items": 1, "min_runs": 1, "max_items": 1}
 """A warm-up round builds every load and runs each path once; its samples are discarded."""
@@ -148,6 +149,15 @@ def _keep_log(job: BenchJob, work: Path) -> None:
     dest.write_text(kept + "\n")
 
 
+def round_order(index: int) -> tuple[str, ...]:
+    """Base first in warm-up and even rounds, head first in odd ones (base, head | head, base | ...).
+
+    A round's two samples form a pair; turning the order about keeps a machine that speeds up
+    or slows down within a pair from always favouring the side that runs second.
+    """
+    return SIDES if index < 0 or index % 2 == 0 else tuple(reversed(SIDES))
+
+
 def _ab(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Reporter) -> None:
     """Warm-up, then interleaved rounds; both children stay alive until the last round."""
     result = plan.result
@@ -166,7 +176,7 @@ def _ab(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Rep
         sizes = sorted(options.sizes)
         with reporter.steps(f"throughput {plan.fix.label}", total) as step:
             for index in range(-options.warmup, options.rounds):
-                for side in SIDES:
+                for side in round_order(index):
                     budget = options.budget if index >= 0 else WARMUP_BUDGET
                     reply = bench.round(children[side], index, sizes, budget)
                     cpu += float(reply.get("cpu_s") or 0.0)
