@@ -10,6 +10,9 @@ sides are the fix's head release, and ``--experiments`` independent A/Bs run exa
 bench processes per experiment, warm-up, interleaved rounds, the same judgment). Any mark
 other than ``~`` is wrong: ``+``/``-`` are false positives, ``?`` (unstable) says the
 machine was too noisy to tell. Counted for every fix's mark and every workload's mark.
+Beside them, ``--power`` A/Bs (default 5) of #38935's head against a copy whose prefill
+door scans every waiting request (the mutation ``difflab selfcheck`` would apply): a
+method that never says anything would pass the A/A; this shows it still sees a slowdown.
 
 Load conditions: ``alone`` (whatever else the machine runs) and ``busy`` (one CPU-bound
 busy-loop process per core beside the bench, started before and killed after it).
@@ -39,12 +42,23 @@ from typing import Any
 from difflab.diff.throughput import ThroughputResult, judge_throughput
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
+from difflab.matrix.model import Mutation
 from difflab.paths import default_matrix
 from difflab.progress import Reporter
 from difflab.runner.warm import WarmRunner
 from difflab.source.release import ReleaseSource
+from difflab.workflows.selfcheck import mutated_copy
 from difflab.workflows.throughput import ThroughputOptions, measure
 
+SCAN = Mutation(
+    name="bench-scan-at-prefill-door",
+    file="sglang/srt/disaggregation/prefill.py",
+    find="if is_unadmitted_reject(req):",
+    replace="if any(waiting.rid == req.rid for waiting in self.queue) or is_unadmitted_reject(req):",
+    targets=(),
+)
+"""The power check: a duplicate-request check that scans every waiting request (an O(n) door)."""
+SCAN_FIX = "38935"
 LAST_RUN = Path(__file__).resolve().parents[1] / "results" / "throughput-aa.json"
 LOADS = ("alone", "busy")
 TARGET = 0.01
@@ -88,8 +102,8 @@ def _marks(result: ThroughputResult) -> dict[str, Any]:
     }
 
 
-def run_load(load: str, args: argparse.Namespace) -> dict[str, Any]:
-    """``args.experiments`` A/A experiments of every selected fix under ``load``."""
+def run_load(load: str, args: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
+    """``args.experiments`` A/A experiments of every selected fix under ``load``, saved one by one into ``doc``."""
     matrix = load_matrix(args.matrix)
     releases = ReleaseSource(matrix.releases)
     fixes = [f for f in matrix.fixes if f.throughput and (not args.fixes or f.id in args.fixes)]
@@ -101,22 +115,35 @@ def run_load(load: str, args: argparse.Namespace) -> dict[str, Any]:
             copy = dataclasses.replace(fix, id=f"{fix.id}.aa{k:02d}")
             copies.append(copy)
             sources[(copy.id, "base")] = sources[(copy.id, "head")] = head
+    door = matrix.fix(SCAN_FIX)
+    pristine = releases.release(door.head.release)
+    scanning = mutated_copy(pristine, SCAN) if args.power else None
+    for k in range(args.power):
+        copy = dataclasses.replace(door, id=f"{door.id}.scan{k:02d}")
+        copies.append(copy)
+        sources[(copy.id, "base")], sources[(copy.id, "head")] = pristine, scanning
     say(f"{load}: {len(fixes)} fix(es) x {args.experiments} experiments, {args.rounds} rounds per side")
     busy = BusyLoops((os.cpu_count() or 1) if load == "busy" else 0)
-    started, load_before = time.monotonic(), os.getloadavg()
-    with busy, WarmRunner(environment=SharedEnvironment().ensure()) as runner:
-        results = measure(copies, sources, runner, args.scratch / load, Reporter(), options)
-    wall = time.monotonic() - started
-    say(f"{load}: {wall:.0f} s")
-    return {
+    started = time.monotonic()
+    part: dict[str, Any] = {
         "load": load,
         "busy_loops": busy.count,
-        "wall_s": round(wall, 1),
-        "load_before": load_before,
-        "load_after": os.getloadavg(),
+        "load_before": os.getloadavg(),
         "options": options.record(),
-        "experiments": [_marks(r) for r in results],
+        "experiments": [],
     }
+    doc["loads"].append(part)
+
+    def keep(result: ThroughputResult) -> None:
+        part["experiments"].append(_marks(result))
+        part["wall_s"] = round(time.monotonic() - started, 1)
+        part["load_after"] = os.getloadavg()
+        args.json.write_text(json.dumps(doc, indent=1))
+
+    with busy, WarmRunner(environment=SharedEnvironment().ensure()) as runner:
+        measure(copies, sources, runner, args.scratch / load, Reporter(), options, done=keep)
+    say(f"{load}: {time.monotonic() - started:.0f} s")
+    return part
 
 
 def rejudge(doc: dict[str, Any]) -> dict[str, Any]:
@@ -135,10 +162,15 @@ def rejudge(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def tally(part: dict[str, Any]) -> dict[str, Any]:
-    """Marks counted per fix and over every fix and workload."""
+    """A/A marks counted per fix and over every fix and workload; the scanning head's apart."""
     per_fix: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     total: collections.Counter[str] = collections.Counter()
+    power: collections.Counter[str] = collections.Counter()
+    errors = sorted({exp["reason"] for exp in part["experiments"] if exp["status"] != "ok"})
     for exp in part["experiments"]:
+        if ".scan" in exp["fix"]:
+            power[exp["mark"] if exp["status"] == "ok" else "!"] += 1
+            continue
         fix = exp["fix"].split(".aa")[0]
         marks = [exp["mark"] if exp["status"] == "ok" else "!", *exp["workloads"].values()]
         per_fix[fix].update(marks)
@@ -152,6 +184,8 @@ def tally(part: dict[str, Any]) -> dict[str, Any]:
         "not_same": wrong,
         "false_positive": total["+"] + total["-"],
         "rate": wrong / n if n else float("nan"),
+        "power": dict(power),
+        "errors": errors,
     }
 
 
@@ -169,6 +203,11 @@ def render(doc: dict[str, Any]) -> str:
             shown = ", ".join(f"`{m}` {c}" for m, c in sorted(counts.items()))
             lines.append(f"| {part['load']} | {fix} | {shown} | {n - counts.get('~', 0)}/{n} |")
         verdict = "within" if t["rate"] <= TARGET else "OVER"
+        if t["power"]:
+            shown = ", ".join(f"`{m}` {c}" for m, c in sorted(t["power"].items()))
+            lines.append(f"| {part['load']} | {SCAN_FIX} head with a scanning door (A/B, not A/A) | {shown} | |")
+        for reason in t["errors"]:
+            lines.append(f"| {part['load']} | error | {reason} | |")
         lines.append(
             f"| **{part['load']}** | all ({part.get('wall_s', '?')} s, load {part['load_before'][0]:.1f}) "
             f"| `+`/`-` {t['false_positive']}, other {t['not_same'] - t['false_positive']} "
@@ -185,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10, metavar="N", help="rounds per side of one A/A")
     parser.add_argument("--load", default=",".join(LOADS), help="alone, busy or both (default: %(default)s)")
     parser.add_argument("--json", type=Path, default=LAST_RUN, help="where the samples go (default: %(default)s)")
+    parser.add_argument(
+        "--power", type=int, default=5, metavar="N", help=f"A/Bs of #{SCAN_FIX} against a scanning door (0: none)"
+    )
     parser.add_argument("--rejudge", type=Path, metavar="FILE", help="judge a saved run's samples again")
     parser.add_argument("--note", default="", help="a line kept with the numbers (which code, which machine)")
     args = parser.parse_args(argv)
@@ -200,10 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="difflab-aa-") as scratch:
         args.scratch = Path(scratch)
         doc: dict[str, Any] = {"cores": os.cpu_count(), "note": args.note, "loads": []}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         for load in loads:
-            doc["loads"].append(run_load(load, args))
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(doc, indent=1))
+            run_load(load, args, doc)
     print(render(doc))
     return 0
 

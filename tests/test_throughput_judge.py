@@ -23,7 +23,7 @@ from difflab.matrix import load_matrix
 from difflab.report.junit import Case
 from difflab.report.throughput import junit_cases, summary_lines
 from difflab.stats.scaling import fit_exponent, geometric_mean
-from difflab.workflows.throughput import ThroughputOptions
+from difflab.workflows.throughput import ThroughputOptions, gate_exit
 
 SIZES = (10, 100, 1000)
 WORKLOADS = [{"name": "door.valid", "unit": "requests", "what": "a door"}, {"name": "door.mixed", "unit": "requests"}]
@@ -201,3 +201,19 @@ def test_reproduce_re_runs_with_the_recorded_throughput_settings(tmp_path: Path)
     )
     (tmp_path / "run.json").write_text(json.dumps({"fixes": ["38935"]}))
     assert spec_for(tmp_path, tmp_path / "rerun").throughput is None
+
+
+def test_an_unstable_fix_says_so_with_its_spread_and_never_fails():
+    base = rounds(11, 20e-6)
+    head = [
+        {w: {s: v * (1.8 if i % 2 else 0.55) for s, v in cells.items()} for w, cells in one.items()}
+        for i, one in enumerate(base)
+    ]
+    r = judged(base, head)
+    assert r.ok and r.mark == "?" and r.outcome == "unstable" and r.comparison.spread > 0.25
+    assert not r.fails(1.0) and gate_exit([r], 1.0) == 0
+    text = "\n".join(summary_lines([r], 1.10))
+    assert re.search(r"\| #38935 \| `\?` \| .* \| unstable: too noisy to tell \(±\d+%\) \|", text), text
+    (case,) = junit_cases([r], 1.10)
+    assert case.outcome == "passed" and case.message.startswith("? unstable ratio ")
+    assert "`?` unstable" in text and "± 25%" in text and "1 ± 5%" in text

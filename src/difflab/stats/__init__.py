@@ -2,6 +2,9 @@
 
 - :mod:`difflab.stats.compare`: one metric's per-round samples, base against head: bootstrap
   interval of the ratio, Mann-Whitney U, the asv mark;
+- :mod:`difflab.stats.paired`: interleaved rounds judged pair by pair (the CPU tier): median
+  paired ratio, its bootstrap interval, the exact Wilcoxon signed-rank p, a minimum effect and
+  an ``unstable`` outcome;
 - :mod:`difflab.stats.scaling`: how time per item grows with the load (a fitted exponent).
 
 numpy and scipy are the optional ``[stats]`` extra, imported where they are used, so the rest

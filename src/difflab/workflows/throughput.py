@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,10 +200,13 @@ def measure(
     reporter: Reporter,
     options: ThroughputOptions,
     probe_dir: Path | None = None,
+    done: Callable[[ThroughputResult], None] | None = None,
 ) -> list[ThroughputResult]:
     """The throughput A/B of every fix that declares a throughput probe and has both sides.
 
-    ``probe_dir`` holds the throughput probes (default ``probes/throughput/``).
+    ``probe_dir`` holds the throughput probes (default ``probes/throughput/``); ``done`` is
+    called with each measured fix's result as soon as it is judged (a long benchmark keeps
+    what it has).
     """
     warm = warm_runner(runner)
     pdir = probe_dir or probes_dir() / THROUGHPUT_DIR
@@ -223,6 +227,8 @@ def measure(
                         reporter.say(f"throughput {plan.fix.label}: {str(exc).splitlines()[0]}")
                     for job in plan.jobs.values():
                         _keep_log(job, work)
+                    if done is not None:
+                        done(plan.result)
         except WarmUnavailable as exc:
             for plan in plans:
                 if plan.jobs and plan.result.comparison is None:
