@@ -140,7 +140,7 @@ def test_diff_json_entry_of_a_judged_fix_names_every_field():
     assert doc["head"] == {"label": "v0.5.3", "sglang_version": "0.5.3"}
     assert doc["settings"] == {"rounds": 12, "sizes": [10, 100, 1000], "seed": 1}
     assert doc["mark"] == "+" and doc["outcome"] == "slower" and doc["ratio"] == pytest.approx(1.2247449)
-    assert doc["alpha"] == 0.002 and doc["min_effect"] == 0.05 and doc["max_spread"] == 0.25
+    assert doc["alpha"] == 0.002 and doc["min_effect"] == 0.10 and doc["max_spread"] == 0.25
     assert doc["ci"] == [pytest.approx(1.2247449)] * 2 and doc["spread"] == pytest.approx(0.0)
     assert doc["confidence"] == 0.95 and doc["p_value"] == pytest.approx(SEPARATED_P)
     assert set(doc["exponent"]) == {"base", "head", "p_value"} and doc["exponent"]["p_value"] > 0.002
@@ -207,7 +207,7 @@ def test_a_fix_without_a_measurement_writes_nulls_and_never_fails():
         "confidence": None,
         "p_value": None,
         "alpha": 0.002,
-        "min_effect": 0.05,
+        "min_effect": 0.10,
         "max_spread": 0.25,
         "exponent": None,
         "workloads": [],
@@ -344,13 +344,13 @@ def test_rounds_are_judged_in_pairs_so_both_sides_need_as_many():
 
 
 def test_a_consistent_difference_below_the_minimum_effect_is_no_difference():
-    for factor, mark in ((1.04, "~"), (1 / 1.04, "~"), (1.06, "+"), (1 / 1.06, "-")):
+    for factor, mark in ((1.09, "~"), (1 / 1.09, "~"), (1.11, "+"), (1 / 1.11, "-")):
         base, head = pairs([math.log(factor)] * ROUNDS)
         r = judge_throughput(fresh(), DESCRIBED, base, head, seed=1)
         assert r.comparison.p_value == pytest.approx(SEPARATED_P), factor  # every pair agrees...
         assert r.ratio == pytest.approx(factor) and r.ci == pytest.approx((factor, factor))
-        assert r.mark == mark and all(w.mark == mark for w in r.workloads), factor  # ...but 4 % is not enough
-    assert judge_throughput(fresh(), DESCRIBED, *pairs([math.log(1.04)] * ROUNDS), seed=1).outcome == "same"
+        assert r.mark == mark and all(w.mark == mark for w in r.workloads), factor  # ...but 9 % is not enough
+    assert judge_throughput(fresh(), DESCRIBED, *pairs([math.log(1.09)] * ROUNDS), seed=1).outcome == "same"
 
 
 def test_pairs_too_noisy_to_tell_are_unstable_with_their_spread():
@@ -390,15 +390,15 @@ def test_one_disturbed_pair_moves_neither_the_ratio_nor_the_mark():
 
 
 def test_a_drift_between_rounds_is_not_a_difference_and_pairs_see_through_it():
-    # the machine slows down 2x over the A/B; head 10 % slower in every pair
-    base = [{w: {str(s): 10e-6 * 2 ** (r / ROUNDS) for s in SIZES} for w in (VALID, MIXED)} for r in range(ROUNDS)]
-    head = [{w: {s: v * 1.10 for s, v in cells.items()} for w, cells in one.items()} for one in base]
+    # the machine slows down 4x over the A/B; head 20 % slower in every pair
+    base = [{w: {str(s): 10e-6 * 4 ** (r / ROUNDS) for s in SIZES} for w in (VALID, MIXED)} for r in range(ROUNDS)]
+    head = [{w: {s: v * 1.20 for s, v in cells.items()} for w, cells in one.items()} for one in base]
     r = judge_throughput(fresh(), DESCRIBED, base, head, seed=1)
-    assert r.mark == "+" and r.ratio == pytest.approx(1.10) and r.comparison.p_value == pytest.approx(SEPARATED_P)
+    assert r.mark == "+" and r.ratio == pytest.approx(1.20) and r.comparison.p_value == pytest.approx(SEPARATED_P)
     from difflab.stats.compare import mann_whitney_p
 
     pooled = [one[VALID]["10"] for one in base], [one[VALID]["10"] for one in head]
-    assert mann_whitney_p(*pooled) > 0.2  # the sides pooled: the drift hides the 10 %
+    assert mann_whitney_p(*pooled) > 0.2  # the sides pooled: the drift hides the 20 %
     same = judge_throughput(fresh(), DESCRIBED, base, [dict(one) for one in base], seed=1)
     assert same.mark == "~" and same.ratio == 1.0 and same.comparison.p_value == 1.0
 
