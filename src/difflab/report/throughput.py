@@ -57,10 +57,10 @@ def summary_lines(results: list[ThroughputResult], fail_above: float | None) -> 
         "## Throughput (CPU hot paths)",
         "",
         f"CPU time per item, head / base: < 1 is faster (the wall-clock ratio is in diff.json). "
-        f"Rounds interleaved base, head, base, head "
-        f"({settings.get('rounds', '?')} per side after {settings.get('warmup', '?')} warm-up); "
-        f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}. Each round's base and head "
-        f"samples are a pair: ratio = median of the paired ratios; `+` slower / `-` faster need "
+        f"Rounds in pairs, base and head back to back, the order turned about every pair "
+        f"({settings.get('rounds', '?')} pairs after {settings.get('warmup', '?')} warm-up); "
+        f"sizes {', '.join(str(s) for s in settings.get('sizes', []))}. "
+        f"Ratio = median of the paired ratios; `+` slower / `-` faster need "
         f"Wilcoxon p < {ALPHA:g}, the 95 % bootstrap interval excluding 1 and a ratio beyond "
         f"1 ± {MIN_EFFECT:.0%}; `~` none of that; `?` unstable: none of that, and an interval wider "
         f"than ± {MAX_SPREAD:.0%} (the measured spread in brackets); {gate}. "
