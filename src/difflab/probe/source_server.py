@@ -107,7 +107,7 @@ class SourceServer:
         started, cpu = time.perf_counter(), time.process_time()
         sys.path.insert(1, self.root)
         child_path = os.environ.get("PYTHONPATH", "")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (self.root, child_path) if p)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (child_path, self.root) if p)
         if self.pycache:
             # Bytecode of the materialised source, kept outside it: it stays pristine, and a
             # mutated copy (another path) never reads the original's bytecode.

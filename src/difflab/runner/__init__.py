@@ -11,10 +11,12 @@ and one entry in that tuple, nothing else.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from difflab.errors import ConfigError
+from difflab.probe import sandbox
 from difflab.runner.base import ProbeJob, Runner
 from difflab.runner.cache import CachingRunner
 from difflab.runner.docker import DockerRunner
@@ -25,6 +27,10 @@ RUNNERS: dict[str, type[Any]] = {cls.name: cls for cls in (SubprocessRunner, War
 """``--backend NAME`` -> back end class."""
 
 DEFAULT = WarmRunner.name
+
+
+def _stderr(message: str) -> None:
+    print(f"difflab: {message}", file=sys.stderr)
 
 
 def runner_class(name: str) -> type[Any]:
@@ -53,6 +59,12 @@ def build_runner(
         options.setdefault("say", say)
     runner = cls(**options)
     if not (use_cache and cls.result_cache):
+        return runner
+    if not sandbox.available():
+        (say or _stderr)(
+            "this kernel has no Landlock: probe processes could read the key that authenticates the result "
+            "cache, so it is off for this run (--backend docker runs code you did not write in a box)"
+        )
         return runner
     cache = options.get("cache")
     return CachingRunner(inner=runner, environment=environment, cache_dir=cache / "results" if cache else None)

@@ -38,9 +38,9 @@ from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD
 from difflab.probe.source_server import SERVER_PRELOAD
-from difflab.runner import childlib
+from difflab.runner import box, childlib
 from difflab.runner.base import ProbeJob, Progress, collect_result, death_cause, error_observation, tail
-from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
+from difflab.runner.subprocess import SubprocessRunner, default_workers
 
 START_TIMEOUT_S = 600.0
 """Hub or server import: seconds normally, minutes on a cold disk; anything near this is a hang."""
@@ -75,10 +75,9 @@ class _Hub:
     ) -> _Hub:
         folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
         log = (folder / "hub.log").open("wb")
-        env = probe_env(Path(os.devnull), child_root, cache) | {"PYTHONPATH": str(child_root)}
-        cmd = [
-            str(python),
-            "-m",
+        env = box.environment(None, child_root, folder / "home", cache)
+        cmd = box.command(
+            python,
             "difflab.probe.hub",
             "--preload",
             ",".join(preload),
@@ -86,7 +85,7 @@ class _Hub:
             str(preload_file or ""),
             "--pycache",
             str(pycache or ""),
-        ]
+        )
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
         hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest(), preload_file=preload_file)
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
