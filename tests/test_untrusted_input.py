@@ -191,3 +191,93 @@ def test_a_report_writer_that_fails_leaves_a_stand_in_and_the_folder(
     report.write_reports(tmp_path, hostile_verdicts())
     assert "could not be written: RuntimeError: writer broke" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "junit.xml").is_file() and (tmp_path / "diff.json").is_file()
+
+
+# -- a release's label is checked, not trusted --------------------------------------------------------------
+
+LOCK_0_5_24 = """schema = 1
+package = "sglang"
+
+[releases."0.5.24"]
+file = "sglang-0.5.22-cp311-cp311-manylinux_2_34_x86_64.whl"
+sha256 = "{sha}"
+first_seen = "2026-12-01"
+"""
+
+
+def test_a_lock_entry_whose_wheel_is_another_release_is_refused_naming_both(tmp_path: Path) -> None:
+    from difflab.source.release_lock import load_lock
+
+    lock = tmp_path / "releases.lock"
+    lock.write_text(LOCK_0_5_24.format(sha="a" * 64))
+    with pytest.raises(ConfigError) as caught:
+        load_lock(lock)
+    message = str(caught.value)
+    assert "0.5.24" in message and "sglang-0.5.22-" in message and "release 0.5.22" in message
+    assert caught.value.exit_code == 2
+
+
+def test_a_release_whose_sglang_imports_as_another_version_is_refused_naming_both(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from difflab.errors import SourceError
+    from difflab.observation import Observation
+    from difflab.progress import Reporter
+    from difflab.source.base import MaterialisedSource
+    from difflab.workflows.observe import observe
+
+    @dataclass
+    class Imports:
+        """Answers every probe as if the build's ``sglang.__version__`` said ``version``."""
+
+        version: str
+        name: str = "fake"
+
+        def describe(self) -> dict:
+            return {"name": self.name}
+
+        def run(self, jobs: list, on_done: object = None) -> list[Observation]:
+            return [
+                Observation(
+                    fix=j.fix_id,
+                    probe=j.probe,
+                    side=j.side,
+                    source=dict(j.source.identity),
+                    status="ok",
+                    sglang_version=self.version,
+                )
+                for j in jobs
+            ]
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(RELEASES + FIX)
+    (fix,) = load_matrix(matrix).fixes
+
+    def release(label: str) -> MaterialisedSource:
+        ident = {"kind": "release", "version": label, "file": f"sglang-{label}-x.whl", "sha256": "0" * 64}
+        return MaterialisedSource(label=label, kind="release", root=tmp_path, identity=ident, digest=label)
+
+    sources = {("38935", "base"): release("0.5.20"), ("38935", "head"): release("0.5.21")}
+    with pytest.raises(SourceError) as caught:
+        observe([fix], sources, Imports("0.5.22"), tmp_path / "work", Reporter())  # type: ignore[arg-type]
+    assert "release 0.5.20" in str(caught.value) and "version 0.5.22" in str(caught.value)
+    assert caught.value.exit_code == 2
+    observed = observe([fix], {("38935", "base"): release("0.5.20")}, Imports("0.5.20"), tmp_path / "w2", Reporter())  # type: ignore[arg-type]
+    assert [o.sglang_version for o in observed] == ["0.5.20"]
+
+
+# -- relative paths --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", [".", "./run", "run", "run/", "./run/../run"])
+def test_verify_and_pack_take_a_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], spelling: str
+) -> None:
+    priv, pub = make_key(tmp_path / "keys")
+    run_dir, _info = sealed(tmp_path, priv)
+    monkeypatch.chdir(run_dir if spelling == "." else tmp_path)
+    assert main(["verify", spelling, "--key", str(pub)]) == 0
+    assert f"OK {run_dir}" in capsys.readouterr().out
+    archive = "../out.tar.gz" if spelling == "." else "out.tar.gz"
+    assert main(["pack", spelling, "-o", archive]) == 0
+    assert main(["verify", archive, "--key", str(pub)]) == 0
