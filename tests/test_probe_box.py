@@ -269,3 +269,31 @@ def test_a_fork_whose_start_up_hook_and_import_double_fork_leaves_nothing_runnin
                 left.append(f"{name}: {pid}")
                 os.kill(pid, 9)
     assert left == [], f"still running after the command returned ({backend})"
+
+
+# -- what a verdict about hostile code is worth ---------------------------------------------------------------
+
+
+def test_backport_on_a_local_back_end_says_what_its_verdict_is_worth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from difflab.errors import DifflabError
+    from difflab.paths import repo_root
+    from difflab.progress import Reporter
+    from difflab.workflows.backport import BackportRequest, execute
+
+    monkeypatch.setenv("DIFFLAB_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    reporter = Reporter()
+    monkeypatch.setattr(reporter, "say", said.append)
+    for backend in ("warm", "subprocess", "docker"):
+        req = BackportRequest(repo=str(tmp_path / "no-such-fork"), ref="main", runner=backend, out=tmp_path / backend)
+        with pytest.raises(DifflabError):  # the fork is unreachable: the line comes before anything is fetched
+            execute(req, reporter)
+    notes = [line for line in said if "not that it is honest" in line]
+    assert [n.split()[1] for n in notes] == ["warm", "subprocess"]  # one line per local run, none for docker
+    assert all("--backend docker" in n for n in notes)
+    forks = (repo_root() / "docs" / "forks.md").read_text()
+    assert "can therefore forge its own observation" in forks and "**every** back end, Docker included" in forks
+    bundle = (repo_root() / "docs" / "bundle.md").read_text()
+    assert "a fork's code forges its own observation" in bundle

@@ -58,13 +58,13 @@ def build_runner(
     if say is not None and "say" in {f.name for f in dataclasses.fields(cls)}:
         options.setdefault("say", say)
     runner = cls(**options)
-    if not (use_cache and cls.result_cache):
-        return runner
-    if not sandbox.available():
+    boxed = not cls.local_environment or sandbox.available()
+    if not boxed:
         (say or _stderr)(
-            "this kernel has no Landlock: probe processes could read the key that authenticates the result "
-            "cache, so it is off for this run (--backend docker runs code you did not write in a box)"
+            "this kernel has no Landlock: the probe processes can read the lab's keys (the signing key, the "
+            "result cache's key), so the result cache is off; --backend docker runs code you did not write in a box"
         )
+    if not (use_cache and cls.result_cache and boxed):
         return runner
     cache = options.get("cache")
     return CachingRunner(inner=runner, environment=environment, cache_dir=cache / "results" if cache else None)
