@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
 
 LAB = Path(difflab.__file__).resolve().parent
+_staging = threading.Lock()
+"""One staging at a time in this process (a subprocess run's threads may all find a rewritten copy)."""
 IN_ENVIRONMENT = Path(probe.__file__).resolve().parent
 
 
@@ -79,7 +82,7 @@ def stage(cache: Path | None = None) -> Path:
     target = (cache or cache_root()) / "childlib" / digest[:16]
     if target.is_dir() and staged_digest(target) == digest:
         return target
-    with atomic_folder(target) as tmp:  # replaces a copy that is not the lab's
+    with _staging, atomic_folder(target) as tmp:  # replaces a copy that is not the lab's
         for rel in child_files():
             dest = tmp / "difflab" / rel
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -66,11 +66,12 @@ class SubprocessRunner:
         return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}
 
     def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
-        child_root = childlib.stage(self.cache)
-        return fan_out(jobs, lambda job: self.run_one(job, child_root), self.workers, on_done)
+        return fan_out(jobs, self.run_one, self.workers, on_done)
 
-    def run_one(self, job: ProbeJob, child_root: Path) -> Observation:
+    def run_one(self, job: ProbeJob) -> Observation:
         started = time.perf_counter()
+        # Checked right before each use: an earlier probe of this run may have rewritten the staged copy.
+        child_root = childlib.stage(self.cache)
         with tempfile.TemporaryDirectory(prefix="difflab-probe-") as tmp:
             out, log_file = Path(tmp) / "result.json", Path(tmp) / "probe.log"
             cmd = box.command(
