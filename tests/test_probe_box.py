@@ -38,6 +38,11 @@ def observe(kit):
             found.append(Path(path).read_text())
         except OSError as exc:
             found.append(f"unreadable {{path}}: {{exc.strerror}}")
+    try:  # nor replace what it cannot read (a key of its own choosing would then sign, or authenticate)
+        Path({key_file!r}).with_name("result-cache.key").write_text("00" * 32)
+        found.append("replaced the cache key")
+    except OSError as exc:
+        found.append(f"cannot replace the cache key: {{exc.strerror}}")
     found += [f"{{k}}={{v}}" for k, v in sorted(os.environ.items())]
     pid = os.getpid()
     while pid > 1:  # the environment of every process above this one, the lab's included
@@ -91,6 +96,7 @@ def test_a_probe_hunting_for_the_signing_key_finds_neither_key(
     (obs,) = observations
     assert obs.status == "ok", obs.error
     assert f"unreadable {user_key.path}: Permission denied" in obs.fields["found"]  # it did look
+    assert "cannot replace the cache key: Permission denied" in obs.fields["found"]
     write_results(run_dir, observations)
     assert files_holding(run_dir, secrets) == []
     env = dict(line.split("=", 1) for line in obs.fields["found"].splitlines() if line[:1].isupper() and "=" in line)
@@ -297,3 +303,56 @@ def test_backport_on_a_local_back_end_says_what_its_verdict_is_worth(
     assert "can therefore forge its own observation" in forks and "**every** back end, Docker included" in forks
     bundle = (repo_root() / "docs" / "bundle.md").read_text()
     assert "a fork's code forges its own observation" in bundle
+
+
+SCRIBBLER = """
+import os
+from pathlib import Path
+
+def observe(kit):
+    outcome = {{}}
+    for name, folder in {targets!r}.items():
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / "planted.py").write_text("print('planted')")
+            outcome[name] = "written"
+        except OSError as exc:
+            outcome[name] = exc.strerror
+    Path("own-folder.txt").write_text("mine")  # its own temporary folder
+    outcome["own"] = "written"
+    return outcome
+"""
+
+
+@needs_landlock
+@pytest.mark.parametrize("backend", ["subprocess", "warm"])
+def test_a_probe_can_change_nothing_a_later_run_reads(
+    lab: Path,  # noqa: F811
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tempfile
+
+    work = lab / "tmp"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))  # the cache below lies outside the temporary folder
+    cache = lab / "cache"
+    src, other = toy_source(lab, "a"), toy_source(lab, "b")
+    targets = {
+        "result cache": str(cache / "results" / "ab"),
+        "staged package": str(childlib.stage(cache) / "difflab" / "probe"),
+        "environment": str(lab / "env" / "site-packages"),
+        "sources": str(other.root),
+        "other build's bytecode": str(cache / "pycache" / str(other.root).lstrip("/")),
+        "probes": str(lab / "probes"),
+    }
+    (lab / "probes" / "toy_scribble.py").write_text(SCRIBBLER.format(targets=targets))
+    jobs = [job(lab, "toy_scribble", src)]
+    if backend == "warm":
+        with runner() as r:
+            (obs,) = r.run(jobs)
+    else:
+        (obs,) = subprocess_runner().run(jobs)
+    assert obs.status == "ok", obs.error
+    assert obs.fields == {**dict.fromkeys(targets, "Permission denied"), "own": "written"}
+    assert not any(Path(t, "planted.py").exists() for t in targets.values())

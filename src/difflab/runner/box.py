@@ -7,16 +7,18 @@ interpreter starts without the user site and without the script's folder on ``sy
 (``-s -P``) with only the lab's staged package on ``PYTHONPATH`` (the source's folder is added
 behind it by the supervisor, once it leads its own session and reaps what escapes), and the
 lab's config folder (signing key, trusted keys, the result cache's key) is hidden from it with
-Landlock (:mod:`difflab.probe.sandbox`).
+Landlock (:mod:`difflab.probe.sandbox`), which also keeps it from changing anything outside the
+temporary folder but its own build's bytecode.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from difflab.paths import cache_root, config_root
-from difflab.probe.sandbox import HIDE_ENV, SOURCE_ENV
+from difflab.probe.sandbox import HIDE_ENV, SOURCE_ENV, WRITE_ENV
 
 PASSED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TERM", "TMPDIR")
 """The only variables of the caller's environment a probe process sees."""
@@ -39,12 +41,20 @@ def secrets() -> list[Path]:
     return hidden
 
 
+def writable() -> list[Path]:
+    """The only folders a probe process may change: the temporary folder (its own folder, its home, its
+    result and log live there) and ``/dev`` and ``/proc``; bytecode only for its own build's files. So it
+    cannot rewrite the shared environment, the cached sources, the result cache or the lab's repository."""
+    return [Path(tempfile.gettempdir()).resolve(), Path("/dev"), Path("/proc")]
+
+
 def environment(source_root: Path | None, child_root: Path, home: Path, cache: Path | None = None) -> dict[str, str]:
     """The probe process's environment: the allow-list, a home of its own, the lab's package on the path."""
     for sub in (".config", ".cache"):
         (home / sub).mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in PASSED}
     env.update(
+        TMPDIR=str(writable()[0]),
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_CACHE_HOME=str(home / ".cache"),
@@ -58,6 +68,7 @@ def environment(source_root: Path | None, child_root: Path, home: Path, cache: P
         OMP_NUM_THREADS="1",
     )
     env[HIDE_ENV] = os.pathsep.join(str(p) for p in secrets())
+    env[WRITE_ENV] = os.pathsep.join(str(p) for p in writable())
     if source_root is not None:
         env[SOURCE_ENV] = str(source_root)
     return env

@@ -39,7 +39,15 @@ from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD
 from difflab.probe.source_server import SERVER_PRELOAD
 from difflab.runner import box, childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, death_cause, error_observation, tail
+from difflab.runner.base import (
+    ProbeJob,
+    Progress,
+    collect_result,
+    death_cause,
+    error_observation,
+    tail,
+    write_log,
+)
 from difflab.runner.subprocess import SubprocessRunner, default_workers
 
 START_TIMEOUT_S = 600.0
@@ -428,8 +436,7 @@ class WarmRunner:
     def _run_request(self, server: str, i: int, job: ProbeJob, work: Path) -> dict[str, Any]:
         folder = work / f"j{i}"
         folder.mkdir()
-        log = job.log_path or folder / "probe.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        log = folder / "probe.log"  # in the run's temporary folder, where a probe process may write; kept below
         return {
             "op": "run",
             "server": server,
@@ -442,14 +449,15 @@ class WarmRunner:
 
     def _observation(self, job: ProbeJob, event: dict[str, Any], folder: Path) -> Observation:
         """The same outcomes, in the same words, as :class:`SubprocessRunner`."""
-        log_path = job.log_path or folder / "probe.log"
+        try:
+            text = (folder / "probe.log").read_text(errors="replace")
+        except OSError:
+            text = ""
+        write_log(job, text)
         wall = float(event.get("wall_s") or 0.0)
 
         def log() -> str:
-            try:
-                return tail(log_path.read_text(errors="replace"))
-            except OSError:
-                return ""
+            return tail(text)
 
         if event.get("timed_out"):
             return error_observation(job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{log()}", wall)

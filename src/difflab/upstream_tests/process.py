@@ -37,7 +37,7 @@ def child_env(source: MaterialisedSource, cache: Path | None, home: Path) -> dic
     """A probe's environment (:mod:`difflab.runner.box`), with the source on ``PYTHONPATH`` behind the lab's
     package: a test file's own subprocesses import it from there."""
     child = childlib.stage(cache)
-    env = box.environment(None, child, home, cache)
+    env = box.environment(source.root, child, home, cache)  # names the build: its bytecode only
     env["PYTHONPATH"] = os.pathsep.join((str(child), str(source.root)))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
