@@ -356,3 +356,28 @@ def test_a_probe_can_change_nothing_a_later_run_reads(
     assert obs.status == "ok", obs.error
     assert obs.fields == {**dict.fromkeys(targets, "Permission denied"), "own": "written"}
     assert not any(Path(t, "planted.py").exists() for t in targets.values())
+
+
+def test_a_docker_probe_gets_only_checked_read_only_inputs_and_no_secret(
+    lab: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from difflab.paths import config_root
+    from difflab.runner.docker import DockerRunner
+
+    monkeypatch.setenv("DIFFLAB_CONFIG", str(lab / "config"))
+    monkeypatch.setenv("DIFFLAB_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----\nsecret\n-----END PRIVATE KEY-----")
+    staged = childlib.stage(lab / "cache")
+    (staged / "difflab" / "probe" / "child.py").write_text("# rewritten by a probe\n")
+    child_root = childlib.stage(lab / "cache")  # what DockerRunner.run mounts: checked, staged again
+    assert childlib.staged_digest(child_root) == childlib.child_digest()
+    image = SimpleNamespace(id="sha256:x", python="/opt/difflab/env/bin/python")
+    config = DockerRunner().container_config(
+        job(lab, "toy_patch", toy_source(lab, "a")), image, child_root, lab / "out"
+    )
+    assert "DIFFLAB_SIGNING_KEY" not in config["environment"]
+    assert all(not str(m["Source"]).startswith(str(config_root())) for m in config["mounts"])
+    assert [m["Target"] for m in config["mounts"] if not m["ReadOnly"]] == ["/difflab/out"]
+    assert config["network_mode"] == "none" and config["read_only"] is True
