@@ -173,7 +173,7 @@ def test_mounts_and_root_are_read_only(sandbox: dict[str, Observation]) -> None:
         assert f[f"write.{where}"] == "EROFS", where
     assert f["write.tmp"] == f["write.cwd"] == "written"
     assert sandbox["subprocess"].fields["write.source"] == "written"  # the contrast: same probe, no container
-    assert f["env.pythonpath"] == "/difflab/source:/difflab/child"
+    assert f["env.pythonpath"] == "/difflab/child:/difflab/source"  # the lab's package first, the build behind it
     assert f["python.prefix"] == "/opt/difflab/env"
 
 

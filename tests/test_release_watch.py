@@ -220,7 +220,8 @@ def test_a_release_the_matrix_pins_must_first_be_seen_with_the_matrix_hash(tmp_p
 
 def test_lock_file_errors_name_the_entry(tmp_path: Path) -> None:
     path = tmp_path / "releases.lock"
-    good = '[releases."0.6.0"]\nfile = "f.whl"\nsha256 = "' + "a" * 64 + '"\nfirst_seen = "2026-12-01"\n'
+    wheel = "sglang-0.6.0-py3-none-any.whl"
+    good = f'[releases."0.6.0"]\nfile = "{wheel}"\nsha256 = "' + "a" * 64 + '"\nfirst_seen = "2026-12-01"\n'
     cases = {
         'schema = 2\npackage = "sglang"\n': "schema must be 1",
         "schema = 1\n" + good.replace("a" * 64, "XYZ"): "releases.'0.6.0'.sha256",

@@ -87,7 +87,8 @@ def jobs(lab: Path, source: MaterialisedSource = SRC, side: str = "base", fix: s
 
 
 def cached(inner: FakeRunner, lab: Path, env: Env | None = None) -> CachingRunner:
-    return CachingRunner(inner=inner, environment=env or Env(), cache_dir=lab / "cache")  # type: ignore[arg-type]
+    env = env or Env()
+    return CachingRunner(inner=inner, environment=env, cache_dir=lab / "cache", secret=b"k")  # type: ignore[arg-type]
 
 
 def test_second_run_is_served_from_the_cache(lab: Path) -> None:

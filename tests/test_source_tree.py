@@ -137,7 +137,8 @@ def test_the_tree_digest_keys_the_result_cache_and_is_an_attested_subject(cache:
     src = backend(cache).release(VERSION)
     job = ProbeJob("38935", "p", "head", src, Path(__file__))
     env = SimpleNamespace(digest="env")
-    parts = CachingRunner(inner=None, environment=env).key_parts(job, {"harness": "", "child": ""})  # type: ignore[arg-type]
+    runner = CachingRunner(inner=SimpleNamespace(name="warm"), environment=env)  # type: ignore[arg-type]
+    parts = runner.key_parts(job, {"harness": "", "child": ""})
     assert src.identity["tree_sha256"] in parts["source"]
     subjects = statements.source_subjects(src.identity)
     assert {"sha256": src.identity["sha256"]} in [s["digest"] for s in subjects]

@@ -116,3 +116,168 @@ def test_a_release_pin_must_be_an_sglang_wheel(tmp_path: Path) -> None:
     matrix.write_text((RELEASES + FIX).replace("sglang-0.5.20-cp311", "evilpkg-0.5.20-cp311"))
     with pytest.raises(ConfigError, match=r"releases.'0.5.20'.file: .*sglang"):
         load_matrix(matrix)
+
+
+# -- build and fork text is data ---------------------------------------------------------------------------
+
+HOSTILE = (
+    "boom <img src=x onerror=alert(1)> <a href='https://evil.example'>click</a> [link](https://evil.example) "
+    "![pixel](https://evil.example/p.png) https://evil.example www.evil.example `code|cell` [/bold] "
+    "[link=https://evil.example]here[/link] \x1b[31mred\x1b[0m"
+)
+
+
+def hostile_verdicts() -> list:
+    from difflab.diff.verdict import FieldResult, FixVerdict, ProbeDiff
+
+    field = FieldResult("field`|x", "expect", HOSTILE, ["<b>", "[x](y)"], HOSTILE, "b", False)
+    probe = ProbeDiff("p", "error", HOSTILE, "", "", [field], None, None)
+    base, head = {"label": "<i>0.5.20</i>"}, {"label": "[link=x]fork[/link]"}
+    return [FixVerdict(38935, "38935", None, HOSTILE, "error", HOSTILE, False, base, head, [probe])]
+
+
+def test_fork_text_in_summary_md_renders_as_text_not_html(tmp_path: Path) -> None:
+    from markdown_it import MarkdownIt
+
+    from difflab.report.markdown import render_summary
+
+    text = render_summary(hostile_verdicts())
+    html = MarkdownIt("commonmark").enable("table").render(text)
+    for tag in ("<img", "<a ", "<a>", "<i>", "<b>"):
+        assert tag not in html, f"{tag} rendered from build text"
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html  # shown, as the characters it is
+    assert "\x1b" not in text and "\\x1b&#91;31m" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 38935")]
+    assert len(rows) == 1 and rows[0].count("|") == 7  # no cell split by a pipe of the build's
+
+
+def test_fork_text_on_the_terminal_is_printed_without_markup_or_escapes() -> None:
+    from rich.console import Console
+
+    from difflab.progress import Reporter
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=400, color_system=None)
+    reporter = Reporter(console)
+    reporter.say(HOSTILE)  # a stray [/bold] raised MarkupError here
+    reporter.table(hostile_verdicts())
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "[/bold]" in shown and "[link=https://evil.example]here[/link]" in shown
+    assert "\x1b]8;" not in shown  # no terminal hyperlink made from build text
+    assert "\x1b[31m" not in shown and "\\x1b[31m" in shown
+
+
+def test_esc_characters_in_fork_text_make_valid_junit_and_a_results_folder(tmp_path: Path) -> None:
+    from junitparser import JUnitXml
+
+    from difflab.report import write_reports
+
+    write_reports(tmp_path, hostile_verdicts())
+    suite = next(iter(JUnitXml.fromfile(str(tmp_path / "junit.xml"))))
+    (case,) = list(suite)
+    assert "\\x1b[31m" in case.result[0].message
+    assert json.loads((tmp_path / "diff.json").read_text())["fixes"][0]["reason"] == HOSTILE
+    assert (tmp_path / "summary.md").is_file()
+
+
+def test_a_report_writer_that_fails_leaves_a_stand_in_and_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import difflab.report as report
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("writer broke")
+
+    monkeypatch.setattr(report, "write_summary", broken)
+    report.write_reports(tmp_path, hostile_verdicts())
+    assert "could not be written: RuntimeError: writer broke" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "junit.xml").is_file() and (tmp_path / "diff.json").is_file()
+
+
+# -- a release's label is checked, not trusted --------------------------------------------------------------
+
+LOCK_0_5_24 = """schema = 1
+package = "sglang"
+
+[releases."0.5.24"]
+file = "sglang-0.5.22-cp311-cp311-manylinux_2_34_x86_64.whl"
+sha256 = "{sha}"
+first_seen = "2026-12-01"
+"""
+
+
+def test_a_lock_entry_whose_wheel_is_another_release_is_refused_naming_both(tmp_path: Path) -> None:
+    from difflab.source.release_lock import load_lock
+
+    lock = tmp_path / "releases.lock"
+    lock.write_text(LOCK_0_5_24.format(sha="a" * 64))
+    with pytest.raises(ConfigError) as caught:
+        load_lock(lock)
+    message = str(caught.value)
+    assert "0.5.24" in message and "sglang-0.5.22-" in message and "release 0.5.22" in message
+    assert caught.value.exit_code == 2
+
+
+def test_a_release_whose_sglang_imports_as_another_version_is_refused_naming_both(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from difflab.errors import SourceError
+    from difflab.observation import Observation
+    from difflab.progress import Reporter
+    from difflab.source.base import MaterialisedSource
+    from difflab.workflows.observe import observe
+
+    @dataclass
+    class Imports:
+        """Answers every probe as if the build's ``sglang.__version__`` said ``version``."""
+
+        version: str
+        name: str = "fake"
+
+        def describe(self) -> dict:
+            return {"name": self.name}
+
+        def run(self, jobs: list, on_done: object = None) -> list[Observation]:
+            return [
+                Observation(
+                    fix=j.fix_id,
+                    probe=j.probe,
+                    side=j.side,
+                    source=dict(j.source.identity),
+                    status="ok",
+                    sglang_version=self.version,
+                )
+                for j in jobs
+            ]
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(RELEASES + FIX)
+    (fix,) = load_matrix(matrix).fixes
+
+    def release(label: str) -> MaterialisedSource:
+        ident = {"kind": "release", "version": label, "file": f"sglang-{label}-x.whl", "sha256": "0" * 64}
+        return MaterialisedSource(label=label, kind="release", root=tmp_path, identity=ident, digest=label)
+
+    sources = {("38935", "base"): release("0.5.20"), ("38935", "head"): release("0.5.21")}
+    with pytest.raises(SourceError) as caught:
+        observe([fix], sources, Imports("0.5.22"), tmp_path / "work", Reporter())  # type: ignore[arg-type]
+    assert "release 0.5.20" in str(caught.value) and "version 0.5.22" in str(caught.value)
+    assert caught.value.exit_code == 2
+    observed = observe([fix], {("38935", "base"): release("0.5.20")}, Imports("0.5.20"), tmp_path / "w2", Reporter())  # type: ignore[arg-type]
+    assert [o.sglang_version for o in observed] == ["0.5.20"]
+
+
+# -- relative paths --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", [".", "./run", "run", "run/", "./run/../run"])
+def test_verify_and_pack_take_a_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], spelling: str
+) -> None:
+    priv, pub = make_key(tmp_path / "keys")
+    run_dir, _info = sealed(tmp_path, priv)
+    monkeypatch.chdir(run_dir if spelling == "." else tmp_path)
+    assert main(["verify", spelling, "--key", str(pub)]) == 0
+    assert f"OK {run_dir}" in capsys.readouterr().out
+    archive = "../out.tar.gz" if spelling == "." else "out.tar.gz"
+    assert main(["pack", spelling, "-o", archive]) == 0
+    assert main(["verify", archive, "--key", str(pub)]) == 0

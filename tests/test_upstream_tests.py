@@ -126,9 +126,9 @@ def test_the_child_drops_an_empty_cuda_visible_devices_and_autoloaded_pytest_plu
     src = fakes.fake_source(tmp_path / "s", "s", fixed=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
-        env = child_env(src, tmp_path / "cache")
+        env = child_env(src, tmp_path / "cache", tmp_path / "home")
     assert "CUDA_VISIBLE_DEVICES" not in env and env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
-    assert env["PYTHONPATH"].split(":")[0] == str(src.root)
+    assert env["PYTHONPATH"].split(":")[1] == str(src.root)  # behind the lab's own package
 
 
 # -- facts, read inside the child ------------------------------------------------------------------

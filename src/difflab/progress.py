@@ -15,11 +15,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict
+from difflab.files.names import printable
 from difflab.observation import Observation
 from difflab.runner.base import ProbeJob, Runner
+
+
+def data(value: object) -> Text:
+    """Text from a build, a fork or a file, for the terminal: its ``[markup]`` is shown as it is, its control
+    characters (an ESC) as escapes."""
+    return Text(printable(str(value)))
+
 
 STYLE = {
     "confirmed": "green",
@@ -39,8 +48,8 @@ class Reporter:
         self._lock = threading.Lock()
 
     def say(self, message: str) -> None:
-        """A progress line (stderr)."""
-        self.console.print(f"[dim]·[/dim] {message}")
+        """A progress line (stderr); ``message`` is shown as text, never as markup."""
+        self.console.print(Text.assemble(("·", "dim"), " ", data(message)))
 
     def print(self, text: str = "") -> None:
         """A result line (stdout), exactly as given."""
@@ -69,10 +78,14 @@ class Reporter:
 
             def done(obs: Observation) -> None:
                 with self._lock:
-                    mark = {"ok": "[green]ok[/green]"}.get(obs.status, f"[red]{obs.status}[/red]")
+                    mark = ("ok", "green") if obs.status == "ok" else (data(obs.status), "red")
                     cached = " (cached)" if obs.cached else ""
                     bar.console.print(
-                        f"  {obs.fix:>7} {obs.side:<4} {obs.probe:<36} {mark} {obs.duration_s:6.2f}s{cached}"
+                        Text.assemble(
+                            data(f"  {obs.fix:>7} {obs.side:<4} {obs.probe:<36} "),
+                            mark,
+                            f" {obs.duration_s:6.2f}s{cached}",
+                        )
                     )
                     bar.advance(task)
 
@@ -97,15 +110,15 @@ class Reporter:
         for v in verdicts:
             style = STYLE.get(v.verdict, "")
             table.add_row(
-                f"#{v.fix}{f'({v.part})' if v.part else ''}",
-                str(v.base.get("label", "")),
-                str(v.head.get("label", "")),
-                f"[{style}]{v.verdict}[/{style}]",
-                v.reason,
+                data(f"#{v.fix}{f'({v.part})' if v.part else ''}"),
+                data(v.base.get("label", "")),
+                data(v.head.get("label", "")),
+                Text(v.verdict, style=style),
+                data(v.reason),
             )
         self.console.print(table)
         if out is not None:
-            self.console.print(f"results: {out}")
+            self.console.print(data(f"results: {out}"))
 
     def throughput_table(self, results: list[ThroughputResult], fail_above: float | None = None) -> None:
         """Per fix: the asv mark, ratio head/base of time per item, its interval, p, the exponents."""
@@ -115,7 +128,7 @@ class Reporter:
         for r in results:
             if not r.ok or r.comparison is None or r.exponent is None or r.ci is None:
                 why = (r.reason or "").splitlines()[0] if r.reason else ""
-                table.add_row(r.label, "", "", "", "", "", f"{r.status}: {why}")
+                table.add_row(data(r.label), "", "", "", "", "", data(f"{r.status}: {why}"))
                 continue
             style = {"+": "red", "-": "green", "?": "yellow"}.get(r.mark, "")
             mark = f"[{style}]{r.mark}[/{style}]" if style else r.mark
@@ -123,7 +136,7 @@ class Reporter:
             if r.mark == "?":
                 failing = f"unstable: ±{r.comparison.spread:.0%}"
             table.add_row(
-                r.label,
+                data(r.label),
                 mark,
                 f"{r.ratio:.3f}",
                 f"{r.ci[0]:.3f}–{r.ci[1]:.3f}",

@@ -29,6 +29,7 @@ from typing import Any
 
 from difflab.errors import ConfigError
 from difflab.extras import MissingExtra, install_hint, require
+from difflab.files.names import argument_path
 
 INSTALL_HINT = install_hint("sigstore")
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
@@ -143,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sigstore-bundle",
-        type=Path,
+        type=argument_path,
         metavar="FILE",
         help=f"Sigstore bundle over the archive (default: ARCHIVE{BUNDLE_SUFFIX} when it exists)",
     )
@@ -162,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sigstore-trust-root",
-        type=Path,
+        type=argument_path,
         metavar="FILE",
         help="trusted_root.json to verify against (default: sigstore-python's production root, offline)",
     )

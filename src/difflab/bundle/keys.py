@@ -66,6 +66,15 @@ def private_pem(private: Ed25519PrivateKey) -> bytes:
     )
 
 
+def private_key_marks(private: Ed25519PrivateKey) -> list[bytes]:
+    """Byte strings only a copy of ``private`` contains: its PEM body and its raw 32 bytes in hex."""
+    body = b"".join(line for line in private_pem(private).splitlines() if not line.startswith(b"-----"))
+    raw = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return [body, raw.hex().encode(), raw.hex().upper().encode()]
+
+
 def load_private_key(data: bytes, where: str) -> Ed25519PrivateKey:
     """An unencrypted Ed25519 key in PKCS#8 PEM or OpenSSH format."""
     try:

@@ -8,6 +8,7 @@ every file of the bundle is covered by a signature (docs/bundle.md, bundle forma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -96,6 +97,7 @@ def seal_with(
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: not a folder")
     _refuse_key_inside(run_dir, signing)
+    _refuse_key_text(run_dir, signing)
     run = read_json(run_dir, layout.RUN_JSON)
     environment = read_json(run_dir, layout.ENVIRONMENT_JSON, required=False)
     _clear_previous(run_dir)
@@ -144,6 +146,26 @@ def _refuse_key_inside(run_dir: Path, signing: keys.SigningKey) -> None:
     path = signing.path
     if path is not None and path.resolve().is_relative_to(run_dir.resolve()):
         raise ConfigError(f"{path}: the signing key lies inside the run folder and would be published")
+
+
+def _refuse_key_text(run_dir: Path, signing: keys.SigningKey) -> None:
+    """A file that holds the private key's text (a probe printed it, say) would publish the key."""
+    marks = keys.private_key_marks(signing.private)
+    if signing.path is not None:  # the key file as written (an OpenSSH key's text is not its PEM)
+        with contextlib.suppress(OSError):
+            body = [ln for ln in signing.path.read_bytes().splitlines() if ln.strip() and not ln.startswith(b"-----")]
+            marks += [ln.strip() for ln in body[:1] if len(ln.strip()) >= 40]
+    for rel in layout.scan(run_dir).files:
+        path = run_dir / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if any(mark in data for mark in marks):
+            raise ConfigError(
+                f"{path}: holds the text of the signing key {signing.fingerprint}; refusing to seal a folder "
+                "that would publish it (remove the file, and replace the key: it has been seen)"
+            )
 
 
 def _clear_previous(run_dir: Path) -> None:

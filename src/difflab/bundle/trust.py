@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from difflab.bundle import keys
 from difflab.errors import ConfigError
+from difflab.files.names import argument_path
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("trust (a key inside the bundle is only used if you pin it)")
     group.add_argument(
         "--key",
-        type=Path,
+        type=argument_path,
         action="append",
         default=[],
         metavar="PUB",
@@ -115,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--trusted-keys",
-        type=Path,
+        type=argument_path,
         action="append",
         default=[],
         metavar="FILE",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.bundle.pack import DEFAULT_MAX_UNPACKED
+from difflab.files.names import argument_path
 from difflab.paths import default_matrix, default_release_lock
 from difflab.runner import DEFAULT, RUNNERS
 from difflab.runner.base import DEFAULT_TIMEOUT_S
@@ -14,13 +14,15 @@ from difflab.source.mirror import REPO_ENV
 
 
 def matrix(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=default_matrix(), help="matrix file (default: %(default)s)")
+    parser.add_argument(
+        "--matrix", type=argument_path, default=default_matrix(), help="matrix file (default: %(default)s)"
+    )
 
 
 def release_lock(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lock-file",
-        type=Path,
+        type=argument_path,
         default=default_release_lock(),
         help="the release lock (default: %(default)s)",
     )
@@ -37,7 +39,9 @@ def fixes(parser: argparse.ArgumentParser, help: str = "fix id or PR number (rep
 def out(parser: argparse.ArgumentParser, default: str | None, required: bool = False) -> None:
     """``--out`` and ``--force``: a results folder never replaces anything but an earlier one, and only when asked."""
     where = "results folder" + (f" (default: {default})" if default else "")
-    parser.add_argument("--out", type=Path, required=required, help=f"{where}; must be new, empty, or see --force")
+    parser.add_argument(
+        "--out", type=argument_path, required=required, help=f"{where}; must be new, empty, or see --force"
+    )
     parser.add_argument(
         "--force",
         action="store_true",
@@ -64,7 +68,7 @@ def upstream_tests(parser: argparse.ArgumentParser) -> None:
     """``--upstream-tests DIR``: SGLang's own test files, replayed beside the probes (any source kind)."""
     parser.add_argument(
         "--upstream-tests",
-        type=Path,
+        type=argument_path,
         metavar="DIR",
         help=(
             "a folder laid out like SGLang's repository (test/registered/...) holding the fixes' own unit tests: "
@@ -132,4 +136,4 @@ def max_unpacked(args: argparse.Namespace) -> int:
 def bundle(parser: argparse.ArgumentParser, key: bool = True) -> None:
     parser.add_argument("--no-bundle", dest="bundle", action="store_false", help="do not seal a signed bundle")
     if key:
-        parser.add_argument("--key", type=Path, help="Ed25519 private key (PEM) for signing the bundle")
+        parser.add_argument("--key", type=argument_path, help="Ed25519 private key (PEM) for signing the bundle")

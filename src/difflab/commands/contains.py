@@ -6,9 +6,10 @@ import argparse
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from difflab.commands import _args
-from difflab.progress import Reporter
+from difflab.progress import Reporter, data
 from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
@@ -52,9 +53,11 @@ def main(args: argparse.Namespace) -> int:
     t = outcome.table
     out = Console(highlight=False)
     for r in t.regressions:
-        out.print(f"[bold red]REGRESSION[/bold red] {r.describe()}")
+        out.print(Text.assemble(("REGRESSION", "bold red"), " ", data(r.describe())))
     for r in t.new_releases:
-        out.print(f"[bold cyan]new release[/bold cyan] {r.version} (first seen {r.first_seen or 'now'})")
+        out.print(
+            Text.assemble(("new release", "bold cyan"), " ", data(f"{r.version} (first seen {r.first_seen or 'now'})"))
+        )
     grid = Table(title="which release carries which fix (by behaviour)")
     grid.add_column("fix")
     for r in t.releases:
@@ -70,9 +73,9 @@ def main(args: argparse.Namespace) -> int:
     out.print(grid)
     for c in t.cells:
         if c.verdict not in ("present", "absent") or not c.agrees:
-            out.print(f"  {c.fix} @ {c.release}: {c.verdict}: {c.reason}")
+            out.print(data(f"  {c.fix} @ {c.release}: {c.verdict}: {c.reason}"))
     for c in t.cells:
         if c.upstream:
-            out.print(f"  {c.fix} @ {c.release}: {c.upstream['text']}", markup=False)
-    out.print(f"results: {outcome.out_dir} (contains.html, contains.md, contains.json, junit.xml)")
+            out.print(data(f"  {c.fix} @ {c.release}: {c.upstream['text']}"))
+    out.print(data(f"results: {outcome.out_dir} (contains.html, contains.md, contains.json, junit.xml)"))
     return outcome.exit_code

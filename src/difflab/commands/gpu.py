@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from difflab.commands import _args
 from difflab.errors import ConfigError
 from difflab.files.atomic import results_folder
+from difflab.files.names import argument_path
 from difflab.gpu.deployment import DEFAULT_MODEL
 from difflab.gpu.images import ImageMap
 from difflab.progress import Reporter
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--images",
-        type=Path,
+        type=argument_path,
         dest="images_file",
         metavar="FILE",
         help='TOML file with an [images] table, e.g. "0.5.20" = "lmsysorg/sglang:v0.5.20@sha256:..."',
@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="throughput A/B rounds per side (0: skip; default 6 on GPUs, 3 with --testserver)",
     )
-    parser.add_argument("--hf-cache", type=Path, help="host Hugging Face cache to mount read-only (offline hosts)")
+    parser.add_argument(
+        "--hf-cache", type=argument_path, help="host Hugging Face cache to mount read-only (offline hosts)"
+    )
     _args.matrix(parser)
     parser.add_argument(
         "--testserver",

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import EnvironmentSetupError
+from difflab.files.names import argument_path
 from difflab.image.build import ensure_image, verify_image
 from difflab.image.catalog import find_image, resolve_image, tag_for
 from difflab.image.client import connect
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rebuild", action="store_true", help="build even if an image for this environment exists")
     parser.add_argument(
         "--tar",
-        type=Path,
+        type=argument_path,
         metavar="FILE",
         help="also keep the root filesystem tarball here (default: streamed, not kept)",
     )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.commands import _args
+from difflab.files.names import argument_path
 from difflab.matrix import load_matrix
 from difflab.progress import Reporter
 from difflab.source.lock import lock_path_for, resolve_lock, write_lock
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _args.matrix(parser)
     _args.repo(parser)
     parser.add_argument("--branch", default="main", help="branch PRs are squash-merged into (default: main)")
-    parser.add_argument("--out", type=Path, help="lock file (default: <matrix>.lock.json next to the matrix)")
+    parser.add_argument("--out", type=argument_path, help="lock file (default: <matrix>.lock.json next to the matrix)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.commands import _args
+from difflab.files.names import argument_path
 from difflab.progress import Reporter
 from difflab.workflows.merge import merge
 
@@ -14,9 +14,9 @@ HELP = "judge observations written by `difflab observe` runs (one folder per CI 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("folders", nargs="+", type=Path, help="folders holding observe results")
+    parser.add_argument("folders", nargs="+", type=argument_path, help="folders holding observe results")
     _args.out(parser, None, required=True)
-    parser.add_argument("--matrix", type=Path, help="matrix (default: the matrix.toml the cells recorded)")
+    parser.add_argument("--matrix", type=argument_path, help="matrix (default: the matrix.toml the cells recorded)")
     _args.bundle(parser, key=False)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.bundle import checksums
 from difflab.bundle.pack import pack
+from difflab.files.names import argument_path
 from difflab.progress import Reporter
 
 NAME = "pack"
@@ -14,8 +14,8 @@ HELP = "Pack a sealed run folder into a deterministic .tar.gz (default: RUN_DIR.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="sealed run folder")
-    parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="archive to write")
+    parser.add_argument("run_dir", type=argument_path, metavar="RUN_DIR", help="sealed run folder")
+    parser.add_argument("-o", "--output", type=argument_path, metavar="FILE", help="archive to write")
 
 
 def main(args: argparse.Namespace) -> int:

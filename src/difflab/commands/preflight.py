@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from difflab.errors import ConfigError
+from difflab.files.names import argument_path
 from difflab.preflight.gates import PreflightReport
 from difflab.preflight.run import run_preflight
 from difflab.progress import Reporter
@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where a role's environment comes from: docker:CONTAINER, pid:N or a KEY=VALUE file "
         "(repeatable; flags SGLang reads only from the environment need it)",
     )
-    parser.add_argument("--json", type=Path, dest="json_file", metavar="FILE", help="write the JSON report here")
+    parser.add_argument(
+        "--json", type=argument_path, dest="json_file", metavar="FILE", help="write the JSON report here"
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request timeout in seconds")
 
 

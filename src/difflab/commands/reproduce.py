@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.bundle import trust
 from difflab.commands import _args
+from difflab.files.names import argument_path
 from difflab.progress import Reporter
 from difflab.runner import RUNNERS
 from difflab.workflows.reproduce import Overrides, reproduce
@@ -16,11 +16,11 @@ HELP = "Verify a bundle, re-run exactly its pins, and report any verdict or obse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", type=Path, metavar="PATH", help="sealed run folder or .tar.gz")
+    parser.add_argument("path", type=argument_path, metavar="PATH", help="sealed run folder or .tar.gz")
     parser.add_argument(
         "-o",
         "--out",
-        type=Path,
+        type=argument_path,
         metavar="DIR",
         help="keep the re-run in this new folder (default: a temporary folder, removed)",
     )

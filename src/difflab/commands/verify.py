@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from difflab.bundle import keyless, trust
 from difflab.bundle.verify import verify_path
 from difflab.commands import _args
 from difflab.errors import VerificationFailed
+from difflab.files.names import argument_path
 from difflab.progress import Reporter
 
 NAME = "verify"
@@ -20,7 +20,7 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "path", type=Path, metavar="PATH", help="sealed run folder, or a .tar.gz made by `difflab pack`"
+        "path", type=argument_path, metavar="PATH", help="sealed run folder, or a .tar.gz made by `difflab pack`"
     )
     trust.add_arguments(parser)
     keyless.add_arguments(parser)

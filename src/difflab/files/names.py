@@ -7,7 +7,9 @@ Such names are shown escaped everywhere and refused inside bundles.
 
 from __future__ import annotations
 
+import os
 import unicodedata
+from pathlib import Path
 
 _HIDDEN = ("Cc", "Cf", "Cs", "Zl", "Zp")
 """Control, format (bidi overrides, zero-width), surrogate (undecodable bytes), line and paragraph separators."""
@@ -31,3 +33,12 @@ def printable(text: str) -> str:
         else:
             out.append(f"\\u{ord(ch):04x}")
     return "".join(out)
+
+
+def argument_path(text: str) -> Path:
+    """A path from the command line, made absolute where it is parsed (``.`` and ``./run`` included).
+
+    ``Path(".")`` has an empty name, and every later step (a sibling's name, a bundle's name, a
+    Sigstore bundle beside an archive) needs one; resolving once here spares each of them a fix.
+    """
+    return Path(os.path.abspath(os.path.expanduser(text)))

@@ -2,15 +2,16 @@
 
 ``python -m difflab.probe.child PROBE_FILE OUT_JSON [TIMEOUT_S]``
 
-The materialised SGLang source is already on ``PYTHONPATH``. This process
-supervises (:func:`difflab.probe.process.supervise`): it forks the probe
-process into a session of its own, which installs the GPU-package stubs,
-imports the probe, calls ``observe(kit)`` and writes a raw result as JSON
-(atomically); at the timeout, or when the probe ends, its session and
-anything that escaped it are killed. A raised exception, a missing
-fake attribute, an exception swallowed by SGLang or an unexpected logged
-error turns the result into ``status = "error"`` with the reason; the parent
-turns a crash or hang into an error of its own.
+Started with only the lab's package on ``PYTHONPATH``; the materialised SGLang source
+(``$DIFFLAB_SOURCE_ROOT``) goes on ``sys.path`` behind it once this process leads its own
+session, is a subreaper and has hidden the lab's secrets from itself
+(:func:`difflab.probe.process.enter_box`). This process supervises
+(:func:`difflab.probe.process.supervise`): it forks the probe process into a session of its own,
+which installs the GPU-package stubs, imports the probe, calls ``observe(kit)`` and writes a raw
+result as JSON (atomically); at the timeout, or when the probe ends, its session and anything
+that escaped it are killed. A raised exception, a missing fake attribute, an exception swallowed
+by SGLang or an unexpected logged error turns the result into ``status = "error"`` with the
+reason; the parent turns a crash or hang into an error of its own.
 
 Standard library only, apart from the probe and SGLang.
 """
@@ -110,6 +111,7 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
         print("usage: python -m difflab.probe.child PROBE_FILE OUT_JSON [TIMEOUT_S]", file=sys.stderr)
         return 2
+    process.enter_box()
     probe, out = Path(argv[0]), Path(argv[1])
     timeout_s = float(argv[2]) if len(argv) == 3 else None
     process.die_with_parent(signal.SIGTERM)  # the lab went: end the probe and what it started

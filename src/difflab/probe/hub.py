@@ -230,6 +230,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pycache", default="", help="bytecode cache folder for the sources (sys.pycache_prefix)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    process.enter_box()  # before the first import of a third-party module
     # Ctrl-C reaches the lab and the hub alike; the lab then ends the hub by closing its input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The protocol gets its own descriptor; anything an import prints to stdout lands in the log.

@@ -30,6 +30,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from difflab.probe import sandbox
+
 EXIT_CRASH = 70
 """A forked process ended by an exception in the lab's code (not the probe's: that is a result)."""
 
@@ -172,6 +174,17 @@ def _prctl(option: int, value: int) -> bool:
 def become_subreaper() -> bool:
     """Orphaned descendants come back to this process (not init), where :func:`end_strays` ends them."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def enter_box() -> None:
+    """First thing in every process that starts probes, before any build code is imported: lead a
+    session of its own and be a subreaper (so nothing started below escapes it), give up reading the
+    lab's secrets, and only then put the build's folder on ``sys.path``."""
+    with contextlib.suppress(OSError):  # already a session leader (a container's first process)
+        os.setsid()
+    become_subreaper()
+    sandbox.enter()
+    sandbox.add_source()
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:

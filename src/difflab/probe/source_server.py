@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.probe import stubs
+from difflab.probe import sandbox, stubs
 from difflab.probe.bench import bench_main
 from difflab.probe.child import run_probe, write_atomic
 from difflab.probe.process import (
@@ -104,10 +104,11 @@ class SourceServer:
     def serve(self) -> None:
         redirect_output(self.log)
         become_subreaper()  # a probe's escaped descendants come back here when it ends
+        sandbox.confine_to_build(self.root)  # before the build's first import: its writes narrowed to its own
         started, cpu = time.perf_counter(), time.process_time()
         sys.path.insert(1, self.root)
         child_path = os.environ.get("PYTHONPATH", "")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (self.root, child_path) if p)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (child_path, self.root) if p)
         if self.pycache:
             # Bytecode of the materialised source, kept outside it: it stays pristine, and a
             # mutated copy (another path) never reads the original's bytecode.

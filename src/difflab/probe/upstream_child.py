@@ -34,7 +34,7 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from difflab.probe import stubs, upstream_pytest
+from difflab.probe import sandbox, stubs, upstream_pytest
 from difflab.probe.child import write_atomic
 from difflab.probe.upstream_facts import Where, declared_tests, part, unittest_phase, unwrap_retries
 
@@ -250,6 +250,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m difflab.probe.upstream_child REQUEST_JSON", file=sys.stderr)
         return 2
+    sandbox.enter()  # the lab's secrets hidden before the first test file is imported
     request = json.loads(Path(argv[0]).read_text())
     stubs.install()
     write_atomic(Path(request["out"]), run(request))

@@ -6,6 +6,8 @@ the only place that talks to junitparser. :func:`write_junit` is the mapping for
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,26 @@ class Case:
     stderr: str | None = None
 
 
-def _case(c: Case) -> TestCase:
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with what XML 1.0 cannot hold (ESC and the other control characters) written as escapes.
+
+    A build's exception message is data: an ESC in it must neither stop the report nor colour a terminal.
+    """
+    return _NOT_XML.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
+
+
+def _case(raw: Case) -> TestCase:
+    c = Case(
+        **{
+            k: xml_text(v) if isinstance(v, str) else v
+            for k, v in ((f.name, getattr(raw, f.name)) for f in dataclasses.fields(raw))
+        }
+    )
     case = TestCase(name=c.name, classname=c.classname)
     if c.time is not None:
         case.time = round(c.time, 3)
@@ -52,7 +73,7 @@ def _case(c: Case) -> TestCase:
 
 def write_cases(path: Path, suite_name: str, cases: Iterable[Case]) -> None:
     """One suite holding ``cases``, written to ``path``."""
-    suite = TestSuite(suite_name)
+    suite = TestSuite(xml_text(suite_name))
     for c in cases:
         suite.add_testcase(_case(c))
     xml = JUnitXml()

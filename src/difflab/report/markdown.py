@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from difflab.diff.verdict import FixVerdict, ProbeDiff
+from difflab.files.names import printable
 
 ICON = {
     "confirmed": "✅",
@@ -17,9 +18,29 @@ ICON = {
 }
 
 
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;", "|": "&#124;", "`": "&#96;"}
+
+
 def cell(value: object) -> str:
-    """``value`` as the text of one table cell: pipes escaped, on one line."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """``value`` as plain text in Markdown: one line, and no markup of its own.
+
+    Text from a build (an exception's message, a field's value) is data: HTML, links, images,
+    code spans and autolinks in it are written as the characters they are, so a summary that CI
+    publishes as a step summary shows them instead of rendering them. Control characters are
+    shown as escapes.
+    """
+    text = "".join(_ENTITIES.get(ch, ch) for ch in printable(str(value).replace("\n", " ")))
+    return text.replace("://", "&#58;//").replace("www.", "www&#46;")
+
+
+def code(value: object) -> str:
+    """``value`` as inline code: its backticks cannot end the span, nor its pipes the table cell."""
+    text = printable(str(value).replace("\n", " ")).replace("|", "\\|")
+    if "`" not in text:
+        return f"`{text}`"
+    while "``" in text:
+        text = text.replace("``", "` `")
+    return f"`` {text} ``"
 
 
 def declared(kind: str, base: object, head: object) -> str:
@@ -59,11 +80,11 @@ def render_summary(
     for v in verdicts:
         if not v.probes:
             continue
-        lines += ["", f"## #{v.fix}{f' ({v.part})' if v.part else ''}: {v.title}", ""]
+        lines += ["", f"## #{v.fix}{f' ({cell(v.part)})' if v.part else ''}: {cell(v.title)}", ""]
         for p in v.probes:
             fields = [
                 (
-                    f"`{f.field}`",
+                    code(f.field),
                     f.kind,
                     cell(repr(f.base)),
                     cell(repr(f.head)),
@@ -73,7 +94,7 @@ def render_summary(
                 for f in p.fields
             ]
             headers = ("field", "kind", "base", "head", "declared base → head", "")
-            lines += [f"### `{p.probe}`: {p.verdict}", "", cell(p.reason), ""]
+            lines += [f"### {code(p.probe)}: {cell(p.verdict)}", "", cell(p.reason), ""]
             lines += [f"- {line}" for line in forced_lines(p)]
             lines += ["", *table(headers, fields)] if forced_lines(p) else table(headers, fields)
     lines += list(appendix)
@@ -87,8 +108,8 @@ def forced_lines(probe: ProbeDiff) -> list[str]:
         for entry in (obs.forced if obs else None) or []:
             env = ", ".join(entry.get("env") or []) or "no environment variable"
             out.append(
-                f"{side}: `{cell(entry.get('attribute'))}` forced to {entry.get('value')!r}; "
-                f"this build's default is {entry.get('build_default')!r} ({cell(env)})"
+                f"{side}: {code(entry.get('attribute'))} forced to {cell(repr(entry.get('value')))}; "
+                f"this build's default is {cell(repr(entry.get('build_default')))} ({cell(env)})"
             )
     return out
 

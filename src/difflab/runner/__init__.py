@@ -11,10 +11,12 @@ and one entry in that tuple, nothing else.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from difflab.errors import ConfigError
+from difflab.probe import sandbox
 from difflab.runner.base import ProbeJob, Runner
 from difflab.runner.cache import CachingRunner
 from difflab.runner.docker import DockerRunner
@@ -25,6 +27,10 @@ RUNNERS: dict[str, type[Any]] = {cls.name: cls for cls in (SubprocessRunner, War
 """``--backend NAME`` -> back end class."""
 
 DEFAULT = WarmRunner.name
+
+
+def _stderr(message: str) -> None:
+    print(f"difflab: {message}", file=sys.stderr)
 
 
 def runner_class(name: str) -> type[Any]:
@@ -52,7 +58,13 @@ def build_runner(
     if say is not None and "say" in {f.name for f in dataclasses.fields(cls)}:
         options.setdefault("say", say)
     runner = cls(**options)
-    if not (use_cache and cls.result_cache):
+    boxed = not cls.local_environment or sandbox.available()
+    if not boxed:
+        (say or _stderr)(
+            "this kernel has no Landlock: the probe processes can read the lab's keys (the signing key, the "
+            "result cache's key), so the result cache is off; --backend docker runs code you did not write in a box"
+        )
+    if not (use_cache and cls.result_cache and boxed):
         return runner
     cache = options.get("cache")
     return CachingRunner(inner=runner, environment=environment, cache_dir=cache / "results" if cache else None)

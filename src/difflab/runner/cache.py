@@ -8,13 +8,22 @@ them keys a stored observation (and its log) under
 error may be a flake or the machine's fault, and must be retried, never
 replayed. ``--no-cache`` (``RunRequest.use_cache = False``) bypasses this
 wrapper entirely.
+
+A probe process runs a build's code as the same user as the lab, so it can write here. Every
+entry therefore carries an HMAC-SHA256 over its content, keyed with a secret that lives in the
+lab's config folder (``result-cache.key``), which probe processes cannot read
+(:mod:`difflab.probe.sandbox`): an entry whose MAC does not check out is removed and run
+again, never replayed. The back end is part of the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
+import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +32,38 @@ from typing import Any
 from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import write_atomic
 from difflab.observation import SCHEMA_VERSION, Observation
-from difflab.paths import cache_root
+from difflab.paths import cache_root, config_root
 from difflab.runner import childlib
 from difflab.runner.base import ProbeJob, Progress, Runner
 
-CACHE_SCHEMA = 1
+CACHE_SCHEMA = 2
 """Bump when what a stored entry means changes; old entries then simply miss."""
 
 CACHEABLE = ("ok", "n/a")
+
+SECRET_NAME = "result-cache.key"
+
+
+def cache_secret(folder: Path | None = None) -> bytes:
+    """The key that authenticates cache entries: made once, mode 0600, in the config folder (0700)."""
+    path = (folder or config_root()) / SECRET_NAME
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+    text = path.read_text().strip()
+    if len(text) < 64:  # a half-written key from a concurrent first run: read it once more
+        text = path.read_text().strip()
+    return bytes.fromhex(text)
+
+
+def _mac(secret: bytes, entry: dict[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in entry.items() if k != "mac"}, sort_keys=True).encode()
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
 def file_digest(path: Path) -> str:
@@ -54,8 +87,18 @@ class CachingRunner:
     inner: Runner
     environment: SharedEnvironment
     cache_dir: Path | None = None
+    secret: bytes | None = None
+    """The entries' HMAC key (default: :func:`cache_secret`)."""
     hits: int = field(default=0, init=False)
     misses: int = field(default=0, init=False)
+    discarded: int = field(default=0, init=False)
+    """Entries found but not authentic (written by something other than the lab): removed, run again."""
+
+    @property
+    def _secret(self) -> bytes:
+        if self.secret is None:
+            self.secret = cache_secret()
+        return self.secret
 
     @property
     def name(self) -> str:
@@ -74,6 +117,7 @@ class CachingRunner:
         return {
             "cache_schema": CACHE_SCHEMA,
             "observation_schema": SCHEMA_VERSION,
+            "backend": self.inner.name,
             "source": job.source.digest,
             "environment": self.environment.digest,
             "probe_file": file_digest(job.probe_file),
@@ -128,11 +172,22 @@ class CachingRunner:
 
     # -- storage -------------------------------------------------------------------
     def load(self, key: str, job: ProbeJob) -> Observation | None:
-        """The stored observation for ``key`` (marked cached, its log restored), or None."""
+        """The stored observation for ``key`` (marked cached, its log restored), or None.
+
+        An entry that is not authentic is removed: the lab did not write it.
+        """
+        path = self._path(key)
         try:
-            entry = json.loads(self._path(key).read_text())
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or not hmac.compare_digest(str(entry.get("mac", "")), _mac(self._secret, entry)):
+            self.discarded += 1
+            path.unlink(missing_ok=True)
+            return None
+        try:
             obs = Observation.from_dict(entry["observation"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None
         if entry.get("key") != key or obs.status not in CACHEABLE:
             return None
@@ -156,5 +211,6 @@ class CachingRunner:
                 log = job.log_path.read_text(errors="replace")
             except OSError:
                 log = None
-        entry = {"key": key, "parts": parts, "observation": obs.to_dict(), "log": log}
+        entry: dict[str, Any] = {"key": key, "parts": parts, "observation": obs.to_dict(), "log": log}
+        entry["mac"] = _mac(self._secret, entry)
         write_atomic(self._path(key), json.dumps(entry, sort_keys=True))

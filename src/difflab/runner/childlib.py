@@ -11,15 +11,21 @@ the rest; there is no list to keep.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import difflab
 from difflab import probe
+from difflab.errors import EnvironmentSetupError
 from difflab.files.atomic import atomic_folder
 from difflab.paths import cache_root
 
 LAB = Path(difflab.__file__).resolve().parent
+_staging = threading.Lock()
+"""One staging at a time in this process (a subprocess run's threads may all find a rewritten copy)."""
 IN_ENVIRONMENT = Path(probe.__file__).resolve().parent
 
 
@@ -30,20 +36,57 @@ def child_files() -> list[str]:
 
 
 def child_digest() -> str:
+    """The lab's own copy of what is staged, by relative path and content."""
+    return _digest((rel, (LAB / rel).read_bytes()) for rel in child_files())
+
+
+def _digest(files: Iterable[tuple[str, bytes]]) -> str:
     h = hashlib.sha256()
-    for rel in child_files():
-        h.update(rel.encode() + b"\0" + (LAB / rel).read_bytes() + b"\0")
+    for rel, data in files:
+        h.update(rel.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
 
 
+def staged_digest(target: Path) -> str | None:
+    """The digest of what is staged in ``target`` itself; None unless it holds exactly the staged files.
+
+    A probe process runs as the same user as the lab and may have rewritten the staged copy, added a
+    module or a ``__pycache__`` beside it: whatever it holds is read, not assumed.
+    """
+    root = target / "difflab"
+    found: list[str] = []
+    for folder, dirs, files in os.walk(target):
+        for name in dirs + files:
+            path = Path(folder) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                return None
+        found += [(Path(folder) / name).relative_to(root).as_posix() for name in files if Path(folder) != target]
+        if Path(folder) == target and (files or dirs != ["difflab"]):
+            return None
+    expected = child_files()
+    if sorted(found) != sorted(expected):
+        return None
+    try:
+        return _digest((rel, (root / rel).read_bytes()) for rel in expected)
+    except OSError:
+        return None
+
+
 def stage(cache: Path | None = None) -> Path:
-    """A folder to put on ``PYTHONPATH`` that provides ``difflab.probe`` (``$DIFFLAB_CACHE/childlib/<digest>``)."""
-    target = (cache or cache_root()) / "childlib" / child_digest()[:16]
-    if (target / "difflab" / "probe" / "child.py").exists():
+    """A folder to put on ``PYTHONPATH`` that provides ``difflab.probe`` (``$DIFFLAB_CACHE/childlib/<digest>``).
+
+    Checked by content on every call, before every use: a copy that differs from the lab's in any
+    way (a file changed, added or removed) is replaced, never used.
+    """
+    digest = child_digest()
+    target = (cache or cache_root()) / "childlib" / digest[:16]
+    if target.is_dir() and staged_digest(target) == digest:
         return target
-    with atomic_folder(target, keep_existing=True) as tmp:  # another process may have staged it first
+    with _staging, atomic_folder(target) as tmp:  # replaces a copy that is not the lab's
         for rel in child_files():
             dest = tmp / "difflab" / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(LAB / rel, dest)
+    if staged_digest(target) != digest:
+        raise EnvironmentSetupError(f"{target}: the staged lab package changed while it was being staged")
     return target

@@ -35,7 +35,8 @@ from difflab.image.build import ensure_image
 from difflab.image.catalog import DifflabImage, find_image, resolve_image, tag_for
 from difflab.image.client import connect
 from difflab.observation import Observation
-from difflab.runner import childlib
+from difflab.probe.sandbox import SOURCE_ENV
+from difflab.runner import box, childlib
 from difflab.runner.base import ProbeJob, Progress, collect_result, error_observation, fan_out, tail, write_log
 from difflab.runner.subprocess import default_workers
 
@@ -148,15 +149,12 @@ class DockerRunner:
         probe_dir = job.probe_file.resolve().parent
         return {
             "image": image.id,
-            "command": [
-                image.python,
-                "-m",
-                "difflab.probe.child",
-                f"{PROBES}/{job.probe_file.name}",
-                f"{OUT}/result.json",
-            ],
+            "command": box.command(
+                Path(image.python), "difflab.probe.child", f"{PROBES}/{job.probe_file.name}", f"{OUT}/result.json"
+            ),
             "environment": {
-                "PYTHONPATH": f"{SOURCE}:{CHILD}",
+                "PYTHONPATH": CHILD,
+                SOURCE_ENV: SOURCE,
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONHASHSEED": "0",
                 "CUDA_VISIBLE_DEVICES": "",

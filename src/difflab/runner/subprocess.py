@@ -22,9 +22,8 @@ from typing import Any, ClassVar
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
-from difflab.paths import cache_root
 from difflab.probe.child import ended_path
-from difflab.runner import childlib
+from difflab.runner import box, childlib
 from difflab.runner.base import (
     ProbeJob,
     Progress,
@@ -50,21 +49,6 @@ def default_workers() -> int:
     return max(1, min(cores, int(avail // PROCESS_MEMORY_BYTES)))
 
 
-def probe_env(source_root: Path, child_root: Path, cache: Path | None = None) -> dict[str, str]:
-    """The child's environment: only the source and the staged child package on the path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env.update(
-        PYTHONPATH=f"{source_root}{os.pathsep}{child_root}",
-        PYTHONPYCACHEPREFIX=str((cache or cache_root()) / "pycache"),
-        PYTHONHASHSEED="0",
-        CUDA_VISIBLE_DEVICES="",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        OMP_NUM_THREADS="1",
-    )
-    return env
-
-
 @dataclass
 class SubprocessRunner:
     """``--backend subprocess``: a new interpreter for every probe."""
@@ -82,27 +66,23 @@ class SubprocessRunner:
         return {"name": self.name, "workers": self.workers, "environment": self.environment.digest}
 
     def run(self, jobs: Sequence[ProbeJob], on_done: Progress | None = None) -> list[Observation]:
-        child_root = childlib.stage(self.cache)
-        return fan_out(jobs, lambda job: self.run_one(job, child_root), self.workers, on_done)
+        return fan_out(jobs, self.run_one, self.workers, on_done)
 
-    def run_one(self, job: ProbeJob, child_root: Path) -> Observation:
+    def run_one(self, job: ProbeJob) -> Observation:
         started = time.perf_counter()
+        # Checked right before each use: an earlier probe of this run may have rewritten the staged copy.
+        child_root = childlib.stage(self.cache)
         with tempfile.TemporaryDirectory(prefix="difflab-probe-") as tmp:
             out, log_file = Path(tmp) / "result.json", Path(tmp) / "probe.log"
-            cmd = [
-                str(self.environment.python),
-                "-m",
-                "difflab.probe.child",
-                str(job.probe_file),
-                str(out),
-                str(job.timeout_s),
-            ]
+            cmd = box.command(
+                self.environment.python, "difflab.probe.child", str(job.probe_file), str(out), str(job.timeout_s)
+            )
             # Output goes to a file, not a pipe: a background process holding the pipe open would
             # otherwise keep this wait going until the timeout.
             with log_file.open("wb") as log_handle:
                 proc = subprocess.Popen(
                     cmd,
-                    env=probe_env(job.source.root, child_root, self.cache),
+                    env=box.environment(job.source.root, child_root, Path(tmp) / "home", self.cache),
                     cwd=tmp,
                     stdin=subprocess.DEVNULL,
                     stdout=log_handle,

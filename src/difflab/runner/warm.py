@@ -38,9 +38,17 @@ from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD
 from difflab.probe.source_server import SERVER_PRELOAD
-from difflab.runner import childlib
-from difflab.runner.base import ProbeJob, Progress, collect_result, death_cause, error_observation, tail
-from difflab.runner.subprocess import SubprocessRunner, default_workers, probe_env
+from difflab.runner import box, childlib
+from difflab.runner.base import (
+    ProbeJob,
+    Progress,
+    collect_result,
+    death_cause,
+    error_observation,
+    tail,
+    write_log,
+)
+from difflab.runner.subprocess import SubprocessRunner, default_workers
 
 START_TIMEOUT_S = 600.0
 """Hub or server import: seconds normally, minutes on a cold disk; anything near this is a hang."""
@@ -75,10 +83,9 @@ class _Hub:
     ) -> _Hub:
         folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
         log = (folder / "hub.log").open("wb")
-        env = probe_env(Path(os.devnull), child_root, cache) | {"PYTHONPATH": str(child_root)}
-        cmd = [
-            str(python),
-            "-m",
+        env = box.environment(None, child_root, folder / "home", cache)
+        cmd = box.command(
+            python,
             "difflab.probe.hub",
             "--preload",
             ",".join(preload),
@@ -86,7 +93,7 @@ class _Hub:
             str(preload_file or ""),
             "--pycache",
             str(pycache or ""),
-        ]
+        )
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
         hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest(), preload_file=preload_file)
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -429,8 +436,7 @@ class WarmRunner:
     def _run_request(self, server: str, i: int, job: ProbeJob, work: Path) -> dict[str, Any]:
         folder = work / f"j{i}"
         folder.mkdir()
-        log = job.log_path or folder / "probe.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        log = folder / "probe.log"  # in the run's temporary folder, where a probe process may write; kept below
         return {
             "op": "run",
             "server": server,
@@ -443,14 +449,15 @@ class WarmRunner:
 
     def _observation(self, job: ProbeJob, event: dict[str, Any], folder: Path) -> Observation:
         """The same outcomes, in the same words, as :class:`SubprocessRunner`."""
-        log_path = job.log_path or folder / "probe.log"
+        try:
+            text = (folder / "probe.log").read_text(errors="replace")
+        except OSError:
+            text = ""
+        write_log(job, text)
         wall = float(event.get("wall_s") or 0.0)
 
         def log() -> str:
-            try:
-                return tail(log_path.read_text(errors="replace"))
-            except OSError:
-                return ""
+            return tail(text)
 
         if event.get("timed_out"):
             return error_observation(job, self.name, f"probe hung: killed after {job.timeout_s:.0f} s\n{log()}", wall)

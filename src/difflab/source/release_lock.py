@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from difflab.errors import ConfigError, SourceError
@@ -124,6 +125,7 @@ def load_lock(path: Path, *, missing_ok: bool = True) -> ReleaseLock:
         unknown = set(entry) - {"file", "sha256", "first_seen", "prerelease", "yanked"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
+        _check_names_release(entry["file"], version, f"{where}.file")
         releases[version] = LockedRelease(
             version=version,
             file=entry["file"],
@@ -133,6 +135,18 @@ def load_lock(path: Path, *, missing_ok: bool = True) -> ReleaseLock:
             yanked=entry.get("yanked"),
         )
     return ReleaseLock(path=path, package=package, releases=releases)
+
+
+def _check_names_release(file: str, version: str, where: str) -> None:
+    """A lock entry's wheel must be the wheel of the release it is listed under: a label is not trusted."""
+    try:
+        name, wheel_version, _build, _tags = parse_wheel_filename(file)
+    except InvalidWheelFilename:
+        raise ConfigError(f"{where}: {file!r} is not a wheel file name") from None
+    if name != "sglang":
+        raise ConfigError(f"{where}: {file!r} is a wheel of {name!r}, not of sglang")
+    if wheel_version != Version(version):
+        raise ConfigError(f"{where}: {file!r} is the wheel of release {wheel_version}, not of {version}")
 
 
 # -- one sight of the index ---------------------------------------------------------------

@@ -10,6 +10,7 @@ and pytest's plugin auto-loading, so only the lab's own pytest plugins run.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -21,9 +22,9 @@ from typing import Any
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.probe import upstream_child
-from difflab.runner import childlib
+from difflab.runner import box, childlib
 from difflab.runner.base import tail
-from difflab.runner.subprocess import default_workers, probe_env
+from difflab.runner.subprocess import default_workers
 from difflab.source.base import MaterialisedSource
 from difflab.upstream_tests.files import TestFile
 from difflab.upstream_tests.staging import stage_pytest
@@ -32,8 +33,12 @@ BASE_TIMEOUT_S = 300.0
 PER_FILE_S = 120.0
 
 
-def child_env(source: MaterialisedSource, cache: Path | None) -> dict[str, str]:
-    env = probe_env(source.root, childlib.stage(cache), cache)
+def child_env(source: MaterialisedSource, cache: Path | None, home: Path) -> dict[str, str]:
+    """A probe's environment (:mod:`difflab.runner.box`), with the source on ``PYTHONPATH`` behind the lab's
+    package: a test file's own subprocesses import it from there."""
+    child = childlib.stage(cache)
+    env = box.environment(source.root, child, home, cache)  # names the build: its bytecode only
+    env["PYTHONPATH"] = os.pathsep.join((str(child), str(source.root)))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return env
@@ -91,10 +96,15 @@ def run_job(job: Job, env: SharedEnvironment, pytest_path: Path | None) -> Job:
                 }
             )
         )
-        cmd = [str(env.python), "-m", upstream_child.__name__, str(request)]
+        cmd = box.command(env.python, upstream_child.__name__, str(request))
         try:
             proc = subprocess.run(
-                cmd, env=child_env(job.source, env.cache), cwd=tmp, capture_output=True, text=True, timeout=timeout
+                cmd,
+                env=child_env(job.source, env.cache, Path(tmp) / "home"),
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
             job.log = (proc.stdout or "") + (proc.stderr or "")
             if out.exists():

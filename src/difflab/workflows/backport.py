@@ -93,6 +93,13 @@ def replay_upstream_tests(
     return section(replays)
 
 
+LOCAL_NOTE = (
+    "the {backend} back end runs the fork's code as you, with your network: the verdict says what that code did, "
+    "not that it is honest; for a fork you did not write, use --backend docker (docs/forks.md)"
+)
+"""Said once by ``backport`` on a local back end: what its verdict is worth for code nobody vouched for."""
+
+
 def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportOutcome:
     """Check the fork; raise :class:`DifflabError` on bad input (unknown fix, unreachable repo, bad ref)."""
     reporter = reporter or Reporter()
@@ -103,6 +110,8 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
     check_probe_files(fixes, matrix.path)
     out = (req.out or default_out()).resolve()
     check_out(out, force=req.force, ours=is_run_folder)  # before anything is fetched
+    if not runner_class(req.runner).hermetic:
+        say(LOCAL_NOTE.format(backend=req.runner))
     folder = tests_dir(req.upstream_tests)
     source = GitSource(repo=req.repo, cache=req.cache, with_tests=folder is not None)
     say(f"fork {source.repo} at {req.ref}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
+from difflab.files.names import argument_path
 from difflab.matrix import Fix, load_matrix
 from difflab.matrix.model import ProbeSpec
 from difflab.runner.base import DEFAULT_TIMEOUT_S
@@ -71,12 +72,12 @@ def _commit() -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m difflab.workflows.bisect_step")
-    parser.add_argument("--matrix", type=Path, required=True)
+    parser.add_argument("--matrix", type=argument_path, required=True)
     parser.add_argument("--fix", required=True)
     parser.add_argument("--good-like", choices=["base", "head"], required=True)
     parser.add_argument("--probe", action="append", dest="probes")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
-    parser.add_argument("--log", type=Path, help="append one JSON line per step here")
+    parser.add_argument("--log", type=argument_path, help="append one JSON line per step here")
     args = parser.parse_args(argv)
     try:
         fix = load_matrix(args.matrix).fix(args.fix)
