@@ -99,8 +99,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def wheel(session: nox.Session) -> None:
-    """The package as a user gets it: build sdist and wheel, install the wheel into a fresh virtualenv outside the
-    checkout, run ``difflab run --fix 38935``, ``verify`` and a ``backport`` from a temporary folder (ci/wheel_check.py).
+    """The package as a user gets it (ci/wheel_check.py): build sdist and wheel, install the wheel into a fresh
+    virtualenv outside the checkout, run ``difflab run --fix 38935``, ``verify`` and a ``backport`` from a temporary
+    folder.
 
     ``tests`` runs the same script (tests/test_packaging.py); this session runs it alone.
     """
