@@ -257,3 +257,17 @@ def test_results_go_under_the_working_directory_never_the_package(
         with pytest.raises(ConfigError, match="installed package"):
             check_out(out, force=False, ours=lambda _: False)
     check_out(tmp_path / "results" / "x", force=False, ours=lambda _: False)
+
+
+def test_an_editable_install_maps_the_shipped_packages_onto_the_checkout() -> None:
+    """``pip install -e .`` (as ``nox -s tests`` installs): importlib.resources finds the checkout's own folders."""
+    from importlib import metadata, resources
+
+    direct = json.loads(metadata.distribution("sglang-difflab").read_text("direct_url.json") or "{}")
+    if Path(direct.get("url", "").removeprefix("file://")) != ROOT or not direct.get("dir_info", {}).get("editable"):
+        where = direct.get("url") or "no install record: src/ on PYTHONPATH"
+        pytest.skip(f"sglang-difflab is not installed editable from {ROOT} here ({where})")
+    assert Path(str(resources.files("difflab.probes"))) == ROOT / "probes"
+    assert Path(str(resources.files("difflab.probes.harness"))) == ROOT / "probes" / "harness"
+    assert Path(str(resources.files("difflab.matrices"))) == ROOT / "matrices"
+    assert paths.probes_dir() == ROOT / "probes" and paths.default_matrix() == ROOT / "matrices" / "upstream.toml"
