@@ -48,9 +48,13 @@ def config_root() -> Path:
 
 
 def checkout_root() -> Path | None:
-    """The checkout this package runs from (its code in ``<checkout>/src/difflab``), None when installed."""
+    """The checkout this package runs from, None when installed.
+
+    A checkout is ``<root>/src/difflab`` with ``probes/`` and ``matrices/`` beside ``src/`` (a copy of
+    that layout counts too, e.g. the mutation runs'); an installed package sits in site-packages.
+    """
     root = _LAB.parents[1]
-    if _LAB.parent.name == "src" and (root / "pyproject.toml").is_file() and all((root / n).is_dir() for n in SHIPPED):
+    if _LAB.parent.name == "src" and all((root / n).is_dir() for n in SHIPPED):
         return root
     return None
 
