@@ -271,3 +271,13 @@ def test_an_editable_install_maps_the_shipped_packages_onto_the_checkout() -> No
     assert Path(str(resources.files("difflab.probes.harness"))) == ROOT / "probes" / "harness"
     assert Path(str(resources.files("difflab.matrices"))) == ROOT / "matrices"
     assert paths.probes_dir() == ROOT / "probes" and paths.default_matrix() == ROOT / "matrices" / "upstream.toml"
+
+
+def test_reproduce_md_names_the_lab_and_its_probes_without_local_paths() -> None:
+    from difflab.bundle import instructions
+
+    record = provenance.probes_record()
+    text = instructions.render({"tool_version": "0.0.9", "probes": record}, None, "sha256:" + "a" * 64)
+    assert "- lab: sglang-difflab 0.0.9 (`pipx install 'sglang-difflab==0.0.9'`)" in text
+    assert f"- probes: checkout (sha256 `{record['sha256']}`)" in text and record["path"] not in text
+    assert "- probes:" not in instructions.render({"tool_version": "0.0.9"}, None, "sha256:" + "a" * 64)

@@ -63,11 +63,16 @@ def is_run_folder(folder: Path) -> bool:
 
 def matrix_reference(path: Path, sha256: str) -> dict[str, str]:
     """The matrix by path (relative to the checkout, or ``difflab/matrices/...`` for the installed one) and digest."""
+    checkout, site = checkout_root(), installed_package().parent
     if not path.is_absolute():
-        return {"path": str(path), "sha256": sha256}
-    base = checkout_root() or installed_package().parent
-    inside = path.resolve().is_relative_to(base)
-    return {"path": os.path.relpath(path.resolve(), base) if inside or checkout_root() else str(path), "sha256": sha256}
+        where = str(path)
+    elif checkout is not None:
+        where = os.path.relpath(path, checkout)
+    elif path.resolve().is_relative_to(site):
+        where = path.resolve().relative_to(site).as_posix()
+    else:
+        where = str(path)
+    return {"path": where, "sha256": sha256}
 
 
 @dataclass
