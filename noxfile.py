@@ -98,6 +98,18 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def wheel(session: nox.Session) -> None:
+    """The package as a user gets it (ci/wheel_check.py): build sdist and wheel, install the wheel into a fresh
+    virtualenv outside the checkout, run ``difflab run --fix 38935``, ``verify`` and a ``backport`` from a temporary
+    folder.
+
+    ``tests`` runs the same script (tests/test_packaging.py); this session runs it alone.
+    """
+    session.install("-e", ".", "build>=1.2")  # the checkout's difflab builds the fork corpus
+    session.run("python", "ci/wheel_check.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting, the whole tree (the settings are in pyproject.toml)."""
     session.install("ruff>=0.6")

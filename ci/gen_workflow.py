@@ -43,6 +43,7 @@ NOT_CELLS = {
     "pack": "packs the merge job's sealed run folder, in that job",
     "throughput": "a timing: the nightly job runs it, not every push on a shared runner",
     "mutation": "nightly: mutmut over the judging core takes several minutes",
+    "wheel": "the tests cell runs the same script (tests/test_packaging.py drives ci/wheel_check.py)",
 }
 # Extra arguments per session name, so each cell leaves a JUnit file for the report job.
 POSARGS = {"tests": "--junitxml=results/junit/tests.xml"}
@@ -67,6 +68,7 @@ ACTIONS = {
     "cache": Action("actions/cache", "5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
     "upload-artifact": Action("actions/upload-artifact", "ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
     "download-artifact": Action("actions/download-artifact", "d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "pypi-publish": Action("pypa/gh-action-pypi-publish", "ba38be9e461d3875417946c167d0b5f3d385a247", "v1.14.1"),
 }
 
 
@@ -240,13 +242,17 @@ HEADER = """\
 #            DIFFLAB_GPU_RUNNERS is 'true', never for pull requests
 # nightly -> the NIGHTLY table of ci/gen_workflow.py (schedule and manual dispatch only):
 {nightly}# report  -> every JUnit file merged, the table written to the job summary
+# dist    -> on a version tag (v*), once the CPU cells pass: `python -m build`, once; the tag must be the version
+# publish -> uploads exactly those files to PyPI by trusted publishing (OIDC, no token), behind the `pypi`
+#            environment (its protection rules are the gate)
 #
-# Secrets: none. Permissions: contents: read per job; id-token: write for `sign` only.
+# Secrets: none. Permissions: contents: read per job; id-token: write for `sign` and `publish` only.
 name: difflab
 
 on:
   push:
     branches: [main]
+    tags: ["v*"]
   pull_request:
   workflow_dispatch:
   schedule:
@@ -321,6 +327,8 @@ CPU = """\
         with:
           path: ~/.cache/sglang-difflab
           key: difflab-${{ runner.os }}-${{ hashFiles('matrices/*.toml', 'src/difflab/environment/*.txt') }}
+          # a release (tag) run never restores a cache another run could have written
+          lookup-only: ${{ startsWith(github.ref, 'refs/tags/') }}
       - name: nox session
         run: python -m nox -s "$NOX_SESSION_NAME" -- $NOX_POSARGS
       - uses: @@upload-artifact@@
@@ -470,6 +478,8 @@ NIGHTLY_JOB = """\
         with:
           path: ~/.cache/sglang-difflab
           key: difflab-${{ runner.os }}-${{ hashFiles('matrices/*.toml', 'src/difflab/environment/*.txt') }}
+          # a release (tag) run never restores a cache another run could have written
+          lookup-only: ${{ startsWith(github.ref, 'refs/tags/') }}
       - name: difflab
         run: python -m pip install --quiet .
       - name: the entry's commands (NIGHTLY in ci/gen_workflow.py)
@@ -502,7 +512,55 @@ REPORT = """\
           'artifacts/**/junit*.xml' 'artifacts/**/junit/*.xml'
 """
 
-JOBS = (PLAN, CPU, MERGE, SIGN, GPU, NIGHTLY_JOB, REPORT)
+RELEASE = """\
+  dist:
+    name: build the release (sdist and wheel, once)
+    needs: cpu
+    if: ${{ github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}
+    runs-on: ubuntu-latest
+    timeout-minutes: 15
+    permissions:
+      contents: read
+    steps:
+@@setup@@      - name: sdist and wheel (the publish job uploads exactly these)
+        run: python -m build --outdir dist
+      - name: the tag names the version being released (difflab.__version__)
+        env:
+          TAG: ${{ github.ref_name }}
+        run: |
+          if [ ! -f "dist/sglang_difflab-${TAG#v}-py3-none-any.whl" ]; then
+            echo "::error::tag $TAG is not the package's version; built: $(ls dist)"
+            exit 1
+          fi
+      - uses: @@upload-artifact@@
+        with:
+          name: dist
+          path: dist/
+          if-no-files-found: error
+
+  publish:
+    name: publish to PyPI (trusted publishing)
+    needs: dist
+    if: ${{ github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}
+    runs-on: ubuntu-latest
+    timeout-minutes: 15
+    environment:
+      name: pypi
+      url: https://pypi.org/project/sglang-difflab/
+    permissions:
+      id-token: write # PyPI trusted publishing: the OIDC token names this workflow and environment
+    steps:
+      - uses: @@download-artifact@@
+        with:
+          name: dist
+          path: dist
+      - uses: @@pypi-publish@@
+        with:
+          packages-dir: dist/
+
+"""
+
+JOBS = (PLAN, CPU, MERGE, SIGN, GPU, NIGHTLY_JOB, RELEASE, REPORT)
 
 
 def render() -> str:

@@ -72,7 +72,7 @@ def test_matrix_is_generated_from_every_nox_session(sessions):
     assert cells == {"contains", "tests", "lint"} | {
         f"side(fix='{f}', side='{s}')" for f in FIX_IDS for s in ("base", "head")
     }
-    assert set(gen.NOT_CELLS) == {"lab", "merge", "pack", "throughput", "mutation"}
+    assert set(gen.NOT_CELLS) == {"lab", "merge", "pack", "throughput", "mutation", "wheel"}
     side = [c for c in include if c["name"] == "side"]
     assert len(side) == 10  # one cell per fix x side
     assert {(c["fix"], c["side"]) for c in side} == {(f, s) for f in FIX_IDS for s in ("base", "head")}
@@ -109,7 +109,8 @@ def test_workflow_names_only_existing_sessions(sessions):
 def test_triggers_jobs_and_gpu_opt_in(doc):
     assert set(doc[True]) == {"push", "pull_request", "schedule", "workflow_dispatch"}  # YAML 1.1 reads `on` as True
     jobs = doc["jobs"]
-    assert list(jobs) == ["plan", "cpu", "merge", "sign", "gpu", "nightly", "report"]
+    assert list(jobs) == ["plan", "cpu", "merge", "sign", "gpu", "nightly", "dist", "publish", "report"]
+    assert doc[True]["push"] == {"branches": ["main"], "tags": ["v*"]}
     assert jobs["cpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert jobs["plan"]["outputs"]["matrix"] == "${{ steps.cpu.outputs.matrix }}"
     plan_runs = [s.get("run") for s in jobs["plan"]["steps"]]
@@ -131,6 +132,8 @@ def test_least_privilege_and_pinned_actions(doc):
     assert doc["permissions"] == {}
     for name, job in doc["jobs"].items():
         want = {"contents": "read", "id-token": "write"} if name == "sign" else {"contents": "read"}
+        if name == "publish":
+            want = {"id-token": "write"}  # trusted publishing; it checks nothing out
         assert job["permissions"] == want, name
         for step in job["steps"]:
             assert "${{" not in step.get("run", ""), f"{name}: an expression expanded into a script"
@@ -173,6 +176,38 @@ def test_sign_job_signs_what_difflab_pack_wrote(doc):
         "evidence/ci-merged/junit.xml",
     ]
     assert "pull_request" in sign["if"]
+
+
+TAG_ONLY = "${{ github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}"
+
+
+def test_release_builds_once_and_publishes_by_trusted_publishing(doc):
+    """dist builds the sdist and wheel once, after the CPU cells; publish uploads exactly those, behind a gate."""
+    dist, publish = doc["jobs"]["dist"], doc["jobs"]["publish"]
+    assert dist["if"] == publish["if"] == TAG_ONLY
+    assert dist["needs"] == "cpu" and publish["needs"] == "dist"
+    runs = [s.get("run", "") for s in dist["steps"]]
+    assert runs.count("python -m build --outdir dist") == 1
+    assert "build==" in (ROOT / "ci" / "requirements.txt").read_text()  # the setup step installs it, pinned
+    tag = next(s for s in dist["steps"] if "TAG" in s.get("env", {}))
+    assert (
+        tag["env"] == {"TAG": "${{ github.ref_name }}"}
+        and "dist/sglang_difflab-${TAG#v}-py3-none-any.whl" in tag["run"]
+    )
+    upload = next(s for s in dist["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"] == {"name": "dist", "path": "dist/", "if-no-files-found": "error"}
+    assert publish["environment"] == {"name": "pypi", "url": "https://pypi.org/project/sglang-difflab/"}
+    steps = publish["steps"]
+    assert [s["uses"].split("@")[0] for s in steps] == ["actions/download-artifact", "pypa/gh-action-pypi-publish"]
+    assert steps[0]["with"] == {"name": "dist", "path": "dist"} and steps[1]["with"] == {"packages-dir": "dist/"}
+    assert not any("run" in s for s in steps)  # nothing of the repository runs where the OIDC token is
+    assert gen.ACTIONS["pypi-publish"].uses() in WORKFLOW.read_text()
+    # no job that builds what is released restores a cache, and a tag run restores none at all
+    assert not any("actions/cache@" in s.get("uses", "") for job in (dist, publish) for s in job["steps"])
+    for job in doc["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/cache@"):
+                assert step["with"]["lookup-only"] == "${{ startsWith(github.ref, 'refs/tags/') }}"
 
 
 def test_zizmor_offline_reports_nothing_at_medium_or_above(tmp_path: Path):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from difflab import commands
+from difflab import __version__, commands
 from difflab.errors import DifflabError
 
 
@@ -41,6 +41,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="difflab",
         description="Does this SGLang build carry this fix, judged by what its real code does?",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in discover(command):
         cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)

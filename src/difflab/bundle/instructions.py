@@ -51,6 +51,7 @@ def _source_line(label: str, identity: Mapping[str, Any]) -> str:
 def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, fingerprint: str) -> str:
     runner = run.get("runner") or {}
     env = environment or {}
+    probes = run.get("probes") if isinstance(run.get("probes"), dict) else {}
     lines = [
         "# Reproducing this run",
         "",
@@ -86,6 +87,12 @@ def render(run: Mapping[str, Any], environment: Mapping[str, Any] | None, finger
         f"- source kind: {run.get('source_kind')}" + (f" ({run.get('repo')})" if run.get("repo") else ""),
         f"- runner: {runner.get('name')}" + (f", image `{runner.get('image')}`" if runner.get("image") else ""),
         f"- matrix: `{layout.MATRIX}` (sha256 `{(run.get('matrix') or {}).get('sha256')}`)",
+        f"- lab: sglang-difflab {run.get('tool_version')} (`pipx install 'sglang-difflab=={run.get('tool_version')}'`)",
+        *(
+            [f"- probes: {probes.get('origin')} (sha256 `{probes.get('sha256')}`); reproduce names other probes"]
+            if probes
+            else []
+        ),
         "",
         "Sources exercised (pins):",
         "",

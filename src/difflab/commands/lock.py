@@ -7,6 +7,7 @@ import argparse
 from difflab.commands import _args
 from difflab.files.names import argument_path
 from difflab.matrix import load_matrix
+from difflab.paths import refuse_installed
 from difflab.progress import Reporter
 from difflab.source.lock import lock_path_for, resolve_lock, write_lock
 from difflab.source.mirror import Mirror, normalise_repo
@@ -24,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
+    out = refuse_installed(args.out or lock_path_for(matrix.path), "--out")
     mirror = Mirror(normalise_repo(args.repo))
     lock = resolve_lock(matrix, mirror, branch=args.branch)
-    out = args.out or lock_path_for(matrix.path)
     write_lock(out, lock)
     show = Reporter().print
     show(f"{mirror.repo} {args.branch} at {lock.branch_tip}")

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from difflab.commands import _args
 from difflab.matrix import load_matrix
+from difflab.paths import refuse_installed
 from difflab.source.index import IndexClient
 from difflab.source.pip_config import pip_settings
 from difflab.source.release_lock import compare, load_lock, matrix_floor, parse_floor, pin_new, refuse_changes
@@ -29,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     out = Console(highlight=False)
+    if args.lock:
+        refuse_installed(args.lock_file, "--lock-file")
     matrix = load_matrix(args.matrix)
     floor = parse_floor(args.since) if args.since else matrix_floor(matrix.fixes, matrix.path)
     lock = load_lock(args.lock_file)

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from difflab.errors import ConfigError
-from difflab.paths import cache_root, repo_root
+from difflab.paths import cache_root, checkout_root, installed_package, is_installed_data
 
 PARTIAL = ".partial-"
 LOCK_SUFFIX = ".lock"
@@ -172,7 +172,10 @@ def _move_into_place(work: Path, out: Path, keep_existing: bool) -> None:
 
 def _protected() -> list[tuple[str, Path]]:
     """Folders a results folder may never be, or contain: replacing it would delete them."""
-    places = [("the repository root", repo_root()), ("the cache", cache_root())]
+    places = [("the installed package", installed_package()), ("the cache", cache_root())]
+    checkout = checkout_root()
+    if checkout is not None:
+        places.insert(0, ("the repository root", checkout))
     with contextlib.suppress(RuntimeError):  # no home folder known
         places.insert(0, ("your home folder", Path.home()))
     with contextlib.suppress(OSError):  # the working directory was removed
@@ -188,6 +191,8 @@ def check_out(out: Path, *, force: bool, ours: Callable[[Path], bool]) -> None:
     directory, the home folder, the repository root, the cache, or a folder containing one.
     """
     out = out.resolve()
+    if is_installed_data(out):
+        raise ConfigError(f"--out {out}: is inside the installed package; choose a folder of its own for the results")
     for what, place in _protected():
         if out == place:
             raise ConfigError(f"--out {out}: is {what}; choose a folder of its own for the results")

@@ -20,7 +20,7 @@ from typing import Any
 
 from difflab import __version__
 from difflab.bundle.layout import ENVIRONMENT_JSON, MATRIX, RUN_JSON
-from difflab.paths import repo_root
+from difflab.paths import checkout_root, installed_package
 
 SCHEMA = 1
 TOOL = "sglang-difflab"
@@ -62,7 +62,17 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def matrix_reference(path: Path, sha256: str) -> dict[str, str]:
-    return {"path": os.path.relpath(path, repo_root()) if path.is_absolute() else str(path), "sha256": sha256}
+    """The matrix by path (relative to the checkout, or ``difflab/matrices/...`` for the installed one) and digest."""
+    checkout, site = checkout_root(), installed_package().parent
+    if not path.is_absolute():
+        where = str(path)
+    elif checkout is not None:
+        where = os.path.relpath(path, checkout)
+    elif path.resolve().is_relative_to(site):
+        where = path.resolve().relative_to(site).as_posix()
+    else:
+        where = str(path)
+    return {"path": where, "sha256": sha256}
 
 
 @dataclass

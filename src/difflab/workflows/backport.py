@@ -20,8 +20,9 @@ from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import check_out, results_folder
 from difflab.matrix import Fix, ReleasePin, load_matrix
-from difflab.paths import repo_root
+from difflab.paths import default_results
 from difflab.progress import Reporter
+from difflab.provenance import probes_record
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import build_runner, runner_class
 from difflab.runner.jobs import check_probe_files
@@ -64,7 +65,7 @@ class BackportOutcome:
 
 
 def default_out() -> Path:
-    return repo_root() / "results" / f"backport-{folder_stamp(utc_now())}"
+    return default_results() / f"backport-{folder_stamp(utc_now())}"
 
 
 def replay_upstream_tests(
@@ -159,6 +160,7 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
             "runner": runner.describe(),
             "sources": {SIDE: fork.identity},
             "environment_digest": env.digest,
+            "probes": probes_record(),
         }
         record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
         if req.bundle:

@@ -29,8 +29,9 @@ from difflab.files.atomic import check_out, results_folder
 from difflab.matrix import Matrix, load_matrix
 from difflab.matrix.model import ReleasePin
 from difflab.observation import Observation
-from difflab.paths import default_release_lock, repo_root
+from difflab.paths import default_release_lock, default_results
 from difflab.progress import Reporter
+from difflab.provenance import probes_record
 from difflab.report.containment import write_files
 from difflab.report.grid import write_html
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, matrix_reference, stamp, utc_now
@@ -72,7 +73,7 @@ RunnerFactory = Callable[[SharedEnvironment], Runner]
 
 
 def default_out() -> Path:
-    return repo_root() / "results" / f"contains-{folder_stamp(utc_now())}"
+    return default_results() / f"contains-{folder_stamp(utc_now())}"
 
 
 def choose_releases(
@@ -189,6 +190,7 @@ def execute(
             "sources": {v: s.identity for v, s in sources.items()},
             "environment_digest": env_docs[0]["digest"],
             "lock": _lock_reference(lock),
+            "probes": probes_record(),
         }
         environment = {**env_docs[0], "environments": env_docs}
         record.write(work, table.exit_code, matrix=(matrix.path, matrix.sha256), environment=environment)

@@ -34,7 +34,7 @@ from difflab.gpu.verdicts import judge_throughput
 from difflab.matrix import Fix, Matrix, load_matrix
 from difflab.matrix.gpu import GpuPlan, load_gpu_plans
 from difflab.observation import SIDES, Observation
-from difflab.paths import default_matrix, repo_root
+from difflab.paths import default_matrix, default_results
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.progress import Reporter
 from difflab.report import write_reports
@@ -256,7 +256,7 @@ def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
         for target in targets[fix.id].values():
             distinct[target.key] = target
             needed.setdefault(target.key, set()).update(p.name for p in fix.probes)
-    out = (req.out or repo_root() / "results" / f"gpu-{folder_stamp(record.started)}").resolve()
+    out = (req.out or default_results() / f"gpu-{folder_stamp(record.started)}").resolve()
     try:
         with results_folder(out, force=req.force, ours=is_run_folder) as work:
             runs: dict[str, dict[str, ScenarioRun]] = {}

@@ -24,6 +24,7 @@ from difflab.bundle.trust import TrustPolicy
 from difflab.bundle.verify import verify_folder
 from difflab.errors import ConfigError, VerificationFailed
 from difflab.observation import SIDES
+from difflab.provenance import mismatches
 from difflab.runner import RUNNERS, runner_class
 from difflab.workflows.run import RunRequest, execute
 from difflab.workflows.throughput import ThroughputOptions
@@ -152,4 +153,15 @@ def _run_and_compare(
     rerun = executor(dataclasses.replace(spec, **changes))
     if not (rerun / layout.DIFF_JSON).is_file():
         raise VerificationFailed(f"{rerun}: the re-run wrote no {layout.DIFF_JSON}; nothing to compare")
-    return compare_runs(root, rerun)
+    report = compare_runs(root, rerun)
+    report.notes[:0] = lab_mismatches(root)
+    return report
+
+
+def lab_mismatches(bundle_root: Path) -> list[str]:
+    """Where this lab is not the one that recorded the bundle (version, probes digest), and what to install."""
+    try:
+        run = json.loads((bundle_root / layout.RUN_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return mismatches(run) if isinstance(run, dict) else []

@@ -23,8 +23,9 @@ from difflab.errors import ConfigError
 from difflab.files.atomic import results_folder
 from difflab.matrix import Fix, load_matrix
 from difflab.observation import SIDES
-from difflab.paths import repo_root
+from difflab.paths import default_results
 from difflab.progress import Reporter
+from difflab.provenance import probes_record
 from difflab.report import write_reports
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import Runner, build_runner, runner_class
@@ -89,7 +90,7 @@ def _check_throughput(req: RunRequest) -> None:
 
 
 def default_out() -> Path:
-    return repo_root() / "results" / folder_stamp(utc_now())
+    return default_results() / folder_stamp(utc_now())
 
 
 def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
@@ -184,6 +185,7 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             "runner": runner.describe(),
             "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
             "environment_digest": env.digest,
+            "probes": probes_record(),
         }
         if req.throughput is not None:
             record.details["throughput"] = req.throughput.record()

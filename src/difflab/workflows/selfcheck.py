@@ -23,8 +23,9 @@ from difflab.errors import ConfigError
 from difflab.files.atomic import atomic_folder, check_out, results_folder
 from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.observation import Observation
-from difflab.paths import cache_root, repo_root
+from difflab.paths import cache_root, default_results
 from difflab.progress import Reporter
+from difflab.provenance import probes_record
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
@@ -344,7 +345,7 @@ def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationRes
     fixes = matrix.select(req.fixes)
     check_probe_files(fixes, matrix.path)
     record = RunRecord(command="selfcheck", fixes=[f.id for f in fixes])
-    out = (req.out or repo_root() / "results" / f"selfcheck-{folder_stamp(record.started)}").resolve()
+    out = (req.out or default_results() / f"selfcheck-{folder_stamp(record.started)}").resolve()
     check_out(out, force=req.force, ours=is_run_folder)  # before sources are unpacked
     backend = ReleaseSource(matrix.releases)
     heads = {}
@@ -360,5 +361,6 @@ def execute(req: SelfcheckRequest, reporter: Reporter) -> tuple[list[MutationRes
         coverage = hunk_coverage(fixes, heads, results)
         write_selfcheck(work, results, coverage)
         passed = selfcheck_passed(results, coverage)
+        record.details["probes"] = probes_record()
         record.write(work, 0 if passed else 1, matrix=(matrix.path, matrix.sha256))
     return results, coverage, out

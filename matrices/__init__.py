@@ -1,0 +1,1 @@
+"""The default matrix (``upstream.toml``) and the release lock (``releases.lock``); shipped as ``difflab.matrices``."""
