@@ -22,8 +22,8 @@ Every per-round sample goes into the JSON document (``--json``, default
 checkout's :func:`difflab.diff.throughput.judge_throughput`, so two judging methods can be
 compared on the very same measurements.
 
-Runtime on 2 cores, default settings (20 experiments of 10 rounds per side, sizes 10, 100,
-1000, four fixes): about 7 min alone and 12 min busy.
+Runtime on 2 cores shared with other jobs, default settings (20 experiments of 10 pairs,
+sizes 10, 100, 1000, four fixes, 5 power A/Bs): about 12 min alone and 11 min busy.
 """
 
 from __future__ import annotations

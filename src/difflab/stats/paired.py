@@ -63,19 +63,6 @@ class PairedComparison:
         return math.sqrt(self.ratio_high / self.ratio_low) - 1.0
 
     @property
-    def rel_diff(self) -> float:
-        return self.ratio - 1.0
-
-    @property
-    def ci_low(self) -> float:
-        """The interval as relative differences (``1 + ci_low`` is the ratio's lower bound)."""
-        return self.ratio_low - 1.0
-
-    @property
-    def ci_high(self) -> float:
-        return self.ratio_high - 1.0
-
-    @property
     def significant(self) -> bool:
         """The rank test below alpha, the interval excluding 1, and the ratio beyond the minimum effect."""
         excludes_one = self.ratio_low > 1.0 or self.ratio_high < 1.0
