@@ -178,7 +178,9 @@ def test_container_config_isolates_the_probe(tmp_path: Path) -> None:
         assert mounts[target]["ReadOnly"] is True, target
     assert mounts["/difflab/out"]["ReadOnly"] is False
     assert cfg["command"][-2:] == ["/difflab/probes/p.py", "/difflab/out/result.json"]
-    assert cfg["environment"]["PYTHONPATH"] == "/difflab/source:/difflab/child"
+    assert cfg["environment"]["PYTHONPATH"] == "/difflab/child"  # the lab's package only: the build goes behind it
+    assert cfg["environment"]["DIFFLAB_SOURCE_ROOT"] == "/difflab/source"
+    assert cfg["command"][1:3] == ["-s", "-P"]
     json.dumps({k: v for k, v in cfg.items() if k != "mounts"})
 
 

@@ -157,6 +157,10 @@ def bytecode_folder(source_root: str | None) -> Path | None:
         return None
     folder = Path(prefix) / source_root.lstrip(os.sep) if source_root else Path(prefix)
     folder.mkdir(parents=True, exist_ok=True)
+    if source_root:
+        # What keeps a cache beside the bytecode (the harness's construction index, found through
+        # $PYTHONPYCACHEPREFIX) keeps it with this build's bytecode too, where this process may write.
+        os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
     return folder
 
 
