@@ -70,7 +70,7 @@ def paths_of(verdict: BackportVerdict) -> list[tuple[str, str, str]]:
 
 
 def test_the_backport_verdicts() -> None:
-    assert VERDICTS == ("present", "absent", "partial", "error")
+    assert VERDICTS == ("present", "absent", "partial", "not-applicable", "error")
 
 
 def test_every_path_like_head_is_present() -> None:
@@ -349,6 +349,7 @@ def test_backport_verdict_record() -> None:
         "where": WHERE["prefill-door"],
         "like": "head",
         "fields": list(DOOR.hunk("prefill-door").fields[PREFILL]),
+        "backend": None,
     }
 
 

@@ -251,11 +251,7 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         MooncakeKVManager,
         "prefill_kv_mgr",
         disaggregation_mode=DisaggregationMode.PREFILL,
-        **(
-            {"forced": {"enable_deferred_decode_kv_release": True}}
-            if deferred_release
-            else {"enable_deferred_decode_kv_release": False}
-        ),
+        forced={"enable_deferred_decode_kv_release": deferred_release},
         server_args=published_server_args(),  # the real config, with this build's defaults
         kv_args=kit.fake("kv_args", kv_data_ptrs=[0x10000, 0x20000], engine_rank=0),
         bootstrap_port=PREFILL_PORT,

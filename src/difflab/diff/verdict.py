@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from difflab.diff.backends import applicable, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side, same
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import SIDES, Observation
@@ -103,7 +104,25 @@ def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None)
 
 
 def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
-    """Verdict for one probe. ``head`` may be unavailable (status ``unavailable``)."""
+    """Verdict for one probe. ``head`` may be unavailable (status ``unavailable``).
+
+    A transport back end that does not apply on either side (the source lacks it, or its
+    machinery) is left out of the comparison and named in the reason.
+    """
+    skipped = {f"{b} on base": r for b, r in gaps(base, spec).items()}
+    skipped |= {f"{b} on head": r for b, r in gaps(head, spec).items()}
+    if skipped:
+        spec = applicable(spec, {key.split(" ", 1)[0] for key in skipped})
+        diff = _judge_probe(spec, base, head)
+        if not spec.expect:
+            diff.verdict = "error"
+            diff.reason = "no back end applies"
+        diff.reason += "; not applicable: " + "; ".join(f"{k} ({r})" for k, r in skipped.items())
+        return diff
+    return _judge_probe(spec, base, head)
+
+
+def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
     bm = classify(base, spec)
     head_unavailable = head is not None and head.status == "unavailable"
     hm = Match.ERROR if head_unavailable else classify(head, spec)
