@@ -26,7 +26,7 @@ RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 FIRST_FIXED = {"41404": "0.5.21", "43719a": "0.5.22"}
 PROBE = {"41404": "pr41404_deferred_release", "43719a": "pr43719_failed_send_ack"}
 # the transport back ends each fix's scenarios run on, and the first release whose back end has the machinery
-BACKENDS = {"41404": {"mooncake": "0.5.19", "nixl": "0.5.19", "mori": "0.5.22"}, "43719a": {}}
+BACKENDS = {"41404": {"mooncake": "0.5.19", "nixl": "0.5.19", "mori": "0.5.22"}, "43719a": {"mooncake": "0.5.19"}}
 
 # field: (value before the fix, value with it)
 CHANGES = {

@@ -103,7 +103,8 @@ class DecodeRank:
         return self.release_kv_cache.count == 0 and not self.slot_free()
 
     def abort_messages(self) -> int:
-        return self.wire.count(b"ABORT")
+        """ABORTs decode sent, a repeat of the same message to the same rank counted once (prefill treats it alike)."""
+        return self.wire.count_distinct(b"ABORT")
 
     def publish_metadata(self, *, refused_by: int | None = None) -> None:
         """The receiver's real ``send_metadata``: every prefill rank learns where to write the room's KV.
@@ -378,8 +379,7 @@ def _transfer_queue(
         enable_hisparse=False,
         kv_checksum_computer=None,
         output_streamer=kit.fake("output_streamer", stream_output=kit.recorder("stream_output")),
-        metrics_reporter=kit.fake("metrics_reporter", enable_metrics=True),
-        metrics_collector=metrics,
+        **_metrics(kit, metrics),
     )
     queue = strict_instance(
         kit,
@@ -407,6 +407,27 @@ def _transfer_queue(
         },
     )
     return _QueueParts(queue, metrics, metadata_rooms, deferred_outcomes)
+
+
+def _metrics(kit: Kit, collector: StrictFake) -> dict[str, Any]:
+    """The scheduler's metrics reporter and collector, as the build's start-up makes them.
+
+    ``init_metrics_collector`` reads ``enable_metrics`` from the published server
+    config (the build's ``ServerArgs`` default: off) and builds no collector when
+    it is off; the reporter mirrors the switch. So a counter a fork gates the way
+    SGLang gates its own (``if self.metrics_reporter.enable_metrics:``) does not
+    run, as on a default server, and a collector call that is not gated is still
+    a probe error (the server would fail there too).
+    """
+    from harness.runtime import ensure_runtime, published_server_args
+
+    ensure_runtime()
+    enabled = bool(published_server_args().enable_metrics)
+    reporter = kit.fake("metrics_reporter")
+    # SGLang's reporter mirrors these from the collector context; set after, as fakes take attributes by name
+    reporter.enable_metrics = enabled
+    reporter.current_scheduler_metrics_enabled = enabled
+    return {"metrics_reporter": reporter, "metrics_collector": collector if enabled else None}
 
 
 def build_decode_rank(

@@ -78,9 +78,17 @@ class PrefillRank:
     def decode_endpoint(self) -> str:
         return tcp_endpoint(DECODE_IP, DECODE_PORT)
 
-    def acks(self) -> int:
-        """ABORT_ACK messages sent to decode so far."""
-        return self.wire.count(b"ABORT_ACK", self.decode_endpoint)
+    def acks(self, since: int = 0) -> int:
+        """ABORT_ACKs sent to decode (after the first ``since`` messages); a byte-identical repeat counts once.
+
+        Decode keeps drain acks in a per-rank set, so a repeated ack changes nothing: the
+        effect (decode learns the room drained) is what is counted, not the frames.
+        """
+        return self.wire.count_distinct(b"ABORT_ACK", self.decode_endpoint, since)
+
+    def sent_so_far(self) -> int:
+        """How many messages this rank has sent: the start of a window for :meth:`acks`."""
+        return len(self.wire.sent)
 
     def deliver(self, *messages: list[bytes]) -> None:
         """Decode's control messages, handled by the real bootstrap thread; returns once all are handled."""
@@ -210,6 +218,15 @@ class PrefillRank:
     def register_decode_session(self, session: str) -> None:
         """Another decode rank registers its buffers (as its ``send_kv_args`` would): a session of its own."""
         self.mgr.decode_kv_args_table[session] = decode_registration(session)
+
+
+def mooncake_gap() -> str | None:
+    """Why this build has no Mooncake back end to drive, or None (it is the server's default)."""
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    if "mooncake" not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return "this build ships no mooncake transfer back end"
+    return None
 
 
 def decode_registration(session: str) -> Any:

@@ -46,6 +46,8 @@ class ProbeDiff:
     fields: list[FieldResult]
     base: Observation | None
     head: Observation | None
+    backends: list[str] = field(default_factory=list)
+    """Transport back ends judged on both sides; a back end that does not apply on a side is named in ``reason``."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # the observations too, as Observation.to_dict writes them
@@ -118,8 +120,10 @@ def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | N
             diff.verdict = "error"
             diff.reason = "no back end applies"
         diff.reason += "; not applicable: " + "; ".join(f"{k} ({r})" for k, r in skipped.items())
-        return diff
-    return _judge_probe(spec, base, head)
+    else:
+        diff = _judge_probe(spec, base, head)
+    diff.backends = list(spec.backends)
+    return diff
 
 
 def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
@@ -182,7 +186,13 @@ def judge_fix(
         return verdict("error", "no observation of this fix on either side (base and head missing)", diffs)
     worst = min(diffs, key=lambda d: _PRECEDENCE.index(d.verdict))
     if worst.verdict == "confirmed":
-        return verdict("confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal", diffs)
+        judged = list(dict.fromkeys(b for d in diffs for b in d.backends))
+        on = f" on {', '.join(judged)}" if judged else ""
+        skipped = [d.reason.split("; not applicable: ", 1)[1] for d in diffs if "; not applicable: " in d.reason]
+        off = f"; not applicable: {'; '.join(skipped)}" if skipped else ""
+        return verdict(
+            "confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal{on}{off}", diffs
+        )
     others = [d for d in diffs if d.verdict == worst.verdict]
     reason = "; ".join(f"{d.probe}: {d.reason}" for d in others)
     return verdict(worst.verdict, reason, diffs)
