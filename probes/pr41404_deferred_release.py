@@ -15,7 +15,9 @@ were released at once (``release_kv_cache`` calls), how many ABORT messages
 went to the prefill ranks, whether the metadata slot was freed, whether the
 request is held (neither released nor its slot freed). Then the hold is
 resolved through the real ``resolve_deferred_releases``: ``drained.*`` -- every
-prefill rank that got an ABORT acks it (held while only one has);
+prefill rank that got an ABORT acks it (held while only one has, across the
+event loop's next pass under the build's own release timeout:
+``released_before_every_ack``);
 ``timeout.*`` -- nobody acks and a 0.1 s release timeout passes. Either way the
 pages must be released exactly once; ``outcome`` is ``immediate`` /
 ``drained`` / ``timeout`` / ``held`` (from the timeout warning SGLang logs,
@@ -161,12 +163,14 @@ def drained(kit: Kit, backend: str) -> dict[str, Any]:
         _prefill_reports_failure(rank)
         first = _pop(rank)
         _acks_from(rank, range(0, 1))
-        rank.queue.resolve_deferred_releases()
+        rank.queue.resolve_deferred_releases()  # the event loop's next pass, under the build's own timeout
         held_after_first_ack = rank.held()
+        released_before_every_ack = rank.release_kv_cache.count > 0
         _acks_from(rank, range(1, PREFILL_RANKS))
         rank.queue.resolve_deferred_releases()
         return {
             "held_after_first_ack": held_after_first_ack,
+            "released_before_every_ack": released_before_every_ack,
             **_resolved(rank, first["released_immediately"]),
         }
 
@@ -255,10 +259,15 @@ def client_abort(kit: Kit, backend: str) -> dict[str, Any]:
     rank = _scenario(kit, backend, rid="pr41404-009")
     with rank.running():
         rank.client_abort()
+        released_before_every_ack = rank.release_kv_cache.count > 0
         _acks_from(rank, range(PREFILL_RANKS))
         first = _pop(rank)
         rank.queue.resolve_deferred_releases()
-        return {"held": first["held"], **_resolved(rank, first["released_immediately"])}
+        return {
+            "held": first["held"],
+            "released_before_every_ack": released_before_every_ack,
+            **_resolved(rank, first["released_immediately"]),
+        }
 
 
 def decode_initiated(kit: Kit, backend: str) -> dict[str, Any]:

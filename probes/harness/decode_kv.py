@@ -40,7 +40,7 @@ from typing import Any
 from difflab.probe.kit import Kit, Recorder, StrictFake
 from harness.gloo import single_rank_group
 from harness.requests import new_req
-from harness.runtime import swapped_at_import_sites
+from harness.runtime import scheduler_metrics, swapped_at_import_sites
 from harness.strict import prime, strict_instance
 from harness.wire import Wire, tcp_endpoint
 
@@ -410,24 +410,10 @@ def _transfer_queue(
 
 
 def _metrics(kit: Kit, collector: StrictFake) -> dict[str, Any]:
-    """The scheduler's metrics reporter and collector, as the build's start-up makes them.
-
-    ``init_metrics_collector`` reads ``enable_metrics`` from the published server
-    config (the build's ``ServerArgs`` default: off) and builds no collector when
-    it is off; the reporter mirrors the switch. So a counter a fork gates the way
-    SGLang gates its own (``if self.metrics_reporter.enable_metrics:``) does not
-    run, as on a default server, and a collector call that is not gated is still
-    a probe error (the server would fail there too).
-    """
-    from harness.runtime import ensure_runtime, published_server_args
-
-    ensure_runtime()
-    enabled = bool(published_server_args().enable_metrics)
-    reporter = kit.fake("metrics_reporter")
-    # SGLang's reporter mirrors these from the collector context; set after, as fakes take attributes by name
-    reporter.enable_metrics = enabled
-    reporter.current_scheduler_metrics_enabled = enabled
-    return {"metrics_reporter": reporter, "metrics_collector": collector if enabled else None}
+    """The scheduler's metrics reporter (:func:`harness.runtime.scheduler_metrics`: the build's default, off)
+    and, only where metrics are on, its collector; a collector call nobody gated is a probe error."""
+    parts = scheduler_metrics(kit)
+    return parts | {"metrics_collector": collector if parts["metrics_reporter"].enable_metrics else None}
 
 
 def build_decode_rank(

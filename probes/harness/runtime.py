@@ -129,6 +129,30 @@ def _import_sites(original: Any, owner: Any) -> list[tuple[Any, str]]:
     return sites
 
 
+def scheduler_metrics(kit: Kit) -> dict[str, Any]:
+    """A scheduler's metrics reporter and stage-time recorder, as the build's start-up makes them.
+
+    The collector context reads ``enable_metrics`` from the published server config
+    (the build's ``ServerArgs`` default: off), and the reporter builds its
+    ``SchedulerStageMetricsRecorder(enabled=...)`` (0.5.20+) from it; the scheduler
+    keeps that recorder. With metrics off no collector exists, so a counter gated
+    the way SGLang gates its own does not run.
+    """
+    ensure_runtime()
+    enabled = bool(published_server_args().enable_metrics)
+    reporter = kit.fake("metrics_reporter")
+    reporter.enable_metrics = enabled  # set after: a fake's label is its first argument
+    reporter.current_scheduler_metrics_enabled = enabled
+    parts: dict[str, Any] = {"metrics_reporter": reporter}
+    try:
+        from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
+    except ImportError:  # <= 0.5.19: no stage-time recorder
+        return parts
+    recorder = SchedulerStageMetricsRecorder(enabled=enabled)
+    reporter.scheduler_stage_metrics = recorder
+    return parts | {"scheduler_stage_metrics": recorder}
+
+
 # ---------------------------------------------------------------------------
 # Version adaptation: how the scheduler tells the tree cache a request was aborted.
 #   0.5.19 : tree_cache.release_aborted_request(rid)
