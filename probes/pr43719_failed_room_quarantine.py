@@ -31,12 +31,10 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.features import Machinery
-from harness.gloo import single_rank_group
 from harness.mooncake import build_prefill_rank
 from harness.radix import TreeCache, fake_prefill_tree_cache
 from harness.requests import abort_status, hold_kv, new_req
-from harness.runtime import scheduler_metrics
-from harness.strict import strict_instance
+from harness.server import start
 
 PROMPT_TOKENS = 16
 
@@ -69,14 +67,13 @@ def kv_returned_to_pool(tree: TreeCache) -> bool:
 def failed(kit: Kit) -> dict[str, Any]:
     """The room's transfer failed: what does the scheduler's inflight-queue poll do with the prefill KV?
 
-    Driven through the scheduler's own ``process_disagg_prefill_inflight_queue``
-    (the event-loop step that polls every in-flight sender), so whatever that
-    poll calls on a Failed room -- the build's handler, a copy of it, or a fix
-    placed in the poll itself -- decides what the tree keeps.
+    The prefill scheduler is the one the build's start-up builds (:mod:`harness.server`:
+    its class order, start-up and plugin patches, metrics reporter); the request sits
+    in that scheduler's own inflight queue and its own ``process_disagg_prefill_inflight_queue``
+    (the event-loop step that polls every in-flight sender) concludes it -- through the
+    build's handler, a copy of it, or a fix placed in the poll itself. The radix tree
+    the request's KV goes to is the probe's recorder (GPU memory).
     """
-    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-    from sglang.srt.managers.scheduler import Scheduler
-
     req = new_req("pr43719b-001", PROMPT_TOKENS)
     hold_kv(req, tokens=PROMPT_TOKENS)
 
@@ -84,28 +81,12 @@ def failed(kit: Kit) -> dict[str, Any]:
     rank.send_result = lambda: -1  # the RDMA write fails (Mooncake timeout)
     rank.run_worker(rank.chunk(last=True))
     req.disagg_kv_sender = rank.sender()
-    allocator = ReqToMetadataIdxAllocator(2)
-    req.metadata_buffer_index = allocator.alloc()
 
+    scheduler = start(kit, "prefill", backend="fake").scheduler
     tree = fake_prefill_tree_cache(kit)
-    group = single_rank_group()
-    streamed = kit.recorder("stream_output")
-    scheduler = strict_instance(
-        kit,
-        Scheduler,
-        "scheduler",
-        tree_cache=tree.fake,
-        disagg_prefill_inflight_queue=[req],
-        attn_cp_cpu_group=group,
-        attn_tp_cpu_group=group,
-        tp_cpu_group=group,  # <= 0.5.20 polls across the whole TP group
-        tp_size=1,
-        req_to_metadata_buffer_idx_allocator=allocator,
-        output_streamer=kit.fake("output_streamer", stream_output=streamed),
-        stream_output=streamed,  # <= 0.5.19 streams through the scheduler itself
-        **scheduler_metrics(kit),
-        ps=kit.fake("parallel state", tp_rank=0),  # <= 0.5.19 reads the TP rank here
-    )
+    scheduler.tree_cache = tree.fake  # the GPU-memory edge the probe watches
+    req.metadata_buffer_index = scheduler.req_to_metadata_buffer_idx_allocator.alloc()
+    scheduler.disagg_prefill_inflight_queue.append(req)
     done = scheduler.process_disagg_prefill_inflight_queue()
     return {
         "failed.radix_inserted": radix_inserted(tree),
