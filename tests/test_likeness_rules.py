@@ -417,11 +417,11 @@ ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
         ),
         (
             {"attribute": ATTR, "value": False, "build_default": True, "from": "server_args.py:12", "env": [ENV]},
-            "deferred decode KV release is True by default in this build (server_args.py:12)",
+            "deferred decode KV release is on by default in this build (server_args.py:12); a scenario forces off",
         ),
         (
             {"attribute": ATTR, "value": 4, "build_default": 2, "env": [ENV]},
-            f"deferred decode KV release is 2 by default in this build ({ATTR})",
+            f"deferred decode KV release is 2 by default in this build ({ATTR}); a scenario forces 4",
         ),
         (
             {"attribute": ATTR, "value": True, "build_default": True, "from": "x"},

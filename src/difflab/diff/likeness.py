@@ -258,9 +258,11 @@ def forced_notes(observations: dict[str, Observation]) -> list[str]:
             elif default == value:
                 note = f"{what} is {'on' if value is True else repr(value)} by default in this build ({attribute})"
             else:
-                state = "off" if default is False else f"{default!r}"
+                state = "off" if default is False else "on" if default is True else f"{default!r}"
                 unless = f": the fix is inactive unless {env[0]}=1" if env and value is True else ""
-                note = f"{what} is {state} by default in this build ({entry.get('from', attribute)}){unless}"
+                # a value a scenario forces away from the build's (a control's switch off, a short timeout)
+                instead = "" if value is True else f"; a scenario forces {'off' if value is False else repr(value)}"
+                note = f"{what} is {state} by default in this build ({entry.get('from', attribute)}){unless}{instead}"
             if note not in notes:
                 notes.append(note)
     return notes
