@@ -492,3 +492,10 @@ def test_a_back_end_without_the_machinery_on_one_side_is_left_out_and_named() ->
     assert judge_probe(backend_spec(), base, broken).verdict == "not-fixed"  # mooncake's head shows the bug
     nothing = obs({"mooncake:not-applicable": "x", "mori:not-applicable": "y"}, "base")
     assert judge_probe(backend_spec(), nothing, head).verdict == "error"
+
+
+def test_a_matrix_written_before_back_ends_judges_the_default_back_end() -> None:
+    """An older matrix (a bundle's) names plain fields; the probe now reports them per back end."""
+    base = obs(_per_backend(BUG, "mooncake") | _per_backend(FIXED, "nixl"), "base")
+    head = obs(_per_backend(FIXED, "mooncake") | _per_backend(BUG, "nixl"), "head")
+    assert judge_probe(spec(), base, head).verdict == "confirmed"  # mooncake, the server's default

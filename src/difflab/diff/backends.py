@@ -15,9 +15,29 @@ from dataclasses import replace
 
 from difflab.matrix.model import ProbeSpec
 from difflab.observation import Observation
-from difflab.probe.kit import BACKEND_NOT_APPLICABLE, BACKEND_SEPARATOR, backend_field
+from difflab.probe.kit import BACKEND_NOT_APPLICABLE, BACKEND_SEPARATOR, DEFAULT_BACKEND, backend_field
 
-__all__ = ["applicable", "backend_field", "backend_of", "gaps"]
+__all__ = ["applicable", "as_declared", "backend_field", "backend_of", "gaps"]
+
+
+def as_declared(spec: ProbeSpec, obs: Observation | None) -> Observation | None:
+    """``obs`` as ``spec`` names its fields.
+
+    A matrix written before its probe observed each back end (no ``backends``, as in
+    an older bundle) declares plain field names; the probe now reports them per back
+    end. That matrix is then judged on the server's default back end's fields, the only
+    ones the probe observed when the matrix was written.
+    """
+    if obs is None or spec.backends or not obs.fields:
+        return obs
+    names = [*spec.expect, *spec.controls]
+    if any(n in obs.fields for n in names):
+        return obs
+    mark = f"{DEFAULT_BACKEND}{BACKEND_SEPARATOR}"
+    if not any(backend_field(DEFAULT_BACKEND, n) in obs.fields for n in names):
+        return obs
+    fields = {k.removeprefix(mark): v for k, v in obs.fields.items() if k.startswith(mark)}
+    return replace(obs, fields=fields)
 
 
 def backend_of(field: str) -> str | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from difflab.diff.backends import applicable, gaps
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import Observation
@@ -140,6 +140,7 @@ def _field_checks(spec: ProbeSpec, obs: Observation | None) -> list[FieldCheck]:
 
 def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     """Which side the fork's observation of one probe behaves like (on the back ends that apply)."""
+    obs = as_declared(spec, obs)
     skipped = gaps(obs, spec)
     if skipped:
         spec = applicable(spec, skipped)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from difflab.diff.backends import applicable, gaps
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side, same
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import SIDES, Observation
@@ -111,6 +111,7 @@ def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | N
     A transport back end that does not apply on either side (the source lacks it, or its
     machinery) is left out of the comparison and named in the reason.
     """
+    base, head = as_declared(spec, base), as_declared(spec, head)
     skipped = {f"{b} on base": r for b, r in gaps(base, spec).items()}
     skipped |= {f"{b} on head": r for b, r in gaps(head, spec).items()}
     if skipped:

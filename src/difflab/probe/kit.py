@@ -53,6 +53,9 @@ class NotApplicable(Exception):  # noqa: N818 - reads as a result, not a failure
 BACKEND_SEPARATOR = ":"
 """A per-back-end field is ``<backend>:<field>`` (``nixl:failed.held``); the matrix declares ``<field>`` once."""
 
+DEFAULT_BACKEND = "mooncake"
+"""The transport a server uses unless told otherwise (``ServerArgs.disaggregation_transfer_backend``)."""
+
 BACKEND_NOT_APPLICABLE = "not-applicable"
 """The field ``<backend>:not-applicable`` says why the build has no such back end, or none with the fix's machinery."""
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.diff.backends import applicable, gaps
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
@@ -119,6 +119,8 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
     Judged on the back ends that apply on the head: a path on a back end the head lacks
     (or one without the fix's machinery) is neither targeted nor required to hold.
     """
+    declared = {spec.name: as_declared(spec, obs.get(spec.name)) for spec in fix.probes}
+    obs = {name: o for name, o in declared.items() if o is not None}
     skipped = {b: r for spec in fix.probes for b, r in gaps(obs.get(spec.name), spec).items()}
     reverted = [h for h in mutation.hunks if fix.hunk(h).backend not in skipped]
 
