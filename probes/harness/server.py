@@ -289,6 +289,14 @@ def _pipe(kit: Kit, sink: list[Any]) -> Any:
     return kit.fake("pipe_writer", send=sink.append)
 
 
+def _status(reason: Any) -> int | None:
+    """The HTTP status of an abort as the wire carries it (a finish-reason dict), None otherwise."""
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        code = reason.get("status_code")
+        return int(code) if code is not None else None
+    return None
+
+
 class Sockets:
     """The ZMQ sockets the build opens, faked: what each sends is kept (decoded), nothing is received.
 
@@ -321,6 +329,20 @@ class Sockets:
             setsockopt=lambda *a, **k: None,
             close=lambda *a, **k: None,
         )
+
+    def streamed(self, rid: str) -> list[int | None]:
+        """What the client of ``rid`` received, one entry per output naming it: its abort's HTTP status, or None."""
+        out: list[int | None] = []
+        for sent in self.sent.values():
+            for obj in sent:
+                rids = getattr(obj, "rids", None)
+                if rids is None:
+                    if getattr(obj, "rid", None) == rid:
+                        out.append(_status(getattr(obj, "finished_reason", None)))
+                    continue
+                reasons = getattr(obj, "finished_reasons", None) or [None] * len(rids)
+                out.extend(_status(reasons[i]) for i, r in enumerate(rids) if r == rid)
+        return out
 
     def swapped_everywhere(self, stack: contextlib.ExitStack) -> None:
         import sys
