@@ -196,6 +196,7 @@ class _StandIns:
             effective_logical_max_total_num_tokens=MAX_TOTAL_TOKENS,
             effective_max_total_num_tokens=MAX_TOTAL_TOKENS,
             max_token_pool_size=MAX_TOTAL_TOKENS,
+            weight_load_mem_usage=0.0,  # no weights loaded
             kv_cache_dtype_str="auto",
             max_total_num_tokens=MAX_TOTAL_TOKENS,
             max_running_requests=MAX_RUNNING_REQUESTS,
@@ -204,6 +205,7 @@ class _StandIns:
             "tp_worker",
             weight_load_time=0.0,
             graph_time_usage={},
+            graph_memory_usage={},  # no CUDA graphs captured
             model_runner=runner,
             get_memory_pool=lambda: (req_pool, allocator),
             is_hybrid_swa=False,
@@ -263,8 +265,13 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
 
         tree_cache, cache_abort = fake_tree_cache(
             kit,
-            # 0.5.23's load inquirer holds the getter; nothing waits on storage here.
+            # An empty cache, as the scheduler's bookkeeping asks it after each step (load snapshot,
+            # 0.5.23's load inquirer): nothing evictable, protected or waiting on storage.
             waiting_storage_span=kit.recorder("tree_cache.waiting_storage_span", returns=0),
+            evictable_size=kit.recorder("tree_cache.evictable_size", returns=0),
+            protected_size=kit.recorder("tree_cache.protected_size", returns=0),
+            flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
+            supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
         )
         seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
@@ -287,6 +294,14 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
 
 def _pipe(kit: Kit, sink: list[Any]) -> Any:
     return kit.fake("pipe_writer", send=sink.append)
+
+
+def _status(reason: Any) -> int | None:
+    """The HTTP status of an abort as the wire carries it (a finish-reason dict), None otherwise."""
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        code = reason.get("status_code")
+        return int(code) if code is not None else None
+    return None
 
 
 class Sockets:
@@ -321,6 +336,20 @@ class Sockets:
             setsockopt=lambda *a, **k: None,
             close=lambda *a, **k: None,
         )
+
+    def streamed(self, rid: str) -> list[int | None]:
+        """What the client of ``rid`` received, one entry per output naming it: its abort's HTTP status, or None."""
+        out: list[int | None] = []
+        for sent in self.sent.values():
+            for obj in sent:
+                rids = getattr(obj, "rids", None)
+                if rids is None:
+                    if getattr(obj, "rid", None) == rid:
+                        out.append(_status(getattr(obj, "finished_reason", None)))
+                    continue
+                reasons = getattr(obj, "finished_reasons", None) or [None] * len(rids)
+                out.extend(_status(reasons[i]) for i, r in enumerate(rids) if r == rid)
+        return out
 
     def swapped_everywhere(self, stack: contextlib.ExitStack) -> None:
         import sys
