@@ -15,7 +15,9 @@ were released at once (``release_kv_cache`` calls), how many ABORT messages
 went to the prefill ranks, whether the metadata slot was freed, whether the
 request is held (neither released nor its slot freed). Then the hold is
 resolved through the real ``resolve_deferred_releases``: ``drained.*`` -- every
-prefill rank that got an ABORT acks it (held while only one has);
+prefill rank that got an ABORT acks it (held while only one has, across the
+event loop's next pass under the build's own release timeout:
+``released_before_every_ack``);
 ``timeout.*`` -- nobody acks and a 0.1 s release timeout passes. Either way the
 pages must be released exactly once; ``outcome`` is ``immediate`` /
 ``drained`` / ``timeout`` / ``held`` (from the timeout warning SGLang logs,
@@ -37,6 +39,13 @@ release timeout. With it (0.5.21+) decode sends ABORT to every prefill rank
 (``force_arm`` arms a partial publish too) and holds the pages until the acks
 or the timeout; the receiver arms before sending, so the racing ack counts.
 
+Every scenario runs on each transport back end the build ships (Mooncake, the
+server's default, then NIXL and Mori), chosen the way ``ServerArgs`` chooses it;
+fields are per back end (``nixl:failed.held``). A back end the build lacks, or
+whose KV manager cannot defer, is ``not-applicable`` there, named. The release
+timeout is the build's own; only ``timeout`` forces a short one (reported beside
+the verdict with the build's default).
+
 Controls (equal on both sides): a receiver with no bootstrap info cannot
 notify anyone and releases at once; a KV manager without deferred-release
 capability releases at once and sends no ABORT; a decode-initiated abort
@@ -52,13 +61,12 @@ import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
-from harness.decode_kv import DecodeRank, build_decode_rank, prefill_endpoint
+from harness.decode_kv import BACKENDS, DecodeRank, build_decode_rank, deferral_gap, prefill_endpoint
 from harness.decode_kv import deliver_abort_ack as harness_deliver_abort_ack
 from harness.features import Machinery
 
 PREFILL_RANKS = 2
-LONG_TIMEOUT_S = 600.0  # never reached: a release under it must come from acks
-SHORT_TIMEOUT_S = 0.1
+SHORT_TIMEOUT_S = 0.1  # forced in ``timeout`` only; every other scenario runs under the build's own timeout
 PREFILL_FAILURE = "probe: prefill rank 1 reported the transfer Failed"
 
 
@@ -129,9 +137,8 @@ def _resolved(rank: DecodeRank, immediately: bool) -> dict[str, Any]:
     }
 
 
-def _scenario(kit: Kit, rid: str, **options: Any) -> DecodeRank:
-    settings = {"prefill_ranks": PREFILL_RANKS, "queue_defers": True, "manager_defers": True}
-    settings["release_timeout_s"] = LONG_TIMEOUT_S
+def _scenario(kit: Kit, backend: str, rid: str, **options: Any) -> DecodeRank:
+    settings = {"prefill_ranks": PREFILL_RANKS, "queue_defers": True, "manager_defers": True, "backend": backend}
     settings.update(options)
     return build_decode_rank(kit, rid=rid, **settings)
 
@@ -141,34 +148,36 @@ def _prefixed(scenario: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- scenarios -------------------------------------------------------------------
-def failed(kit: Kit) -> dict[str, Any]:
+def failed(kit: Kit, backend: str) -> dict[str, Any]:
     """A failure decode did not initiate: released at once, or ABORT sent and held?"""
-    rank = _scenario(kit, rid="pr41404-001")
+    rank = _scenario(kit, backend, rid="pr41404-001")
     with rank.running():
         _prefill_reports_failure(rank)
         return _pop(rank)
 
 
-def drained(kit: Kit) -> dict[str, Any]:
+def drained(kit: Kit, backend: str) -> dict[str, Any]:
     """Held until every notified prefill rank acked the drain, then released once."""
-    rank = _scenario(kit, rid="pr41404-002")
+    rank = _scenario(kit, backend, rid="pr41404-002")
     with rank.running():
         _prefill_reports_failure(rank)
         first = _pop(rank)
         _acks_from(rank, range(0, 1))
-        rank.queue.resolve_deferred_releases()
+        rank.queue.resolve_deferred_releases()  # the event loop's next pass, under the build's own timeout
         held_after_first_ack = rank.held()
+        released_before_every_ack = rank.release_kv_cache.count > 0
         _acks_from(rank, range(1, PREFILL_RANKS))
         rank.queue.resolve_deferred_releases()
         return {
             "held_after_first_ack": held_after_first_ack,
+            "released_before_every_ack": released_before_every_ack,
             **_resolved(rank, first["released_immediately"]),
         }
 
 
-def timeout(kit: Kit) -> dict[str, Any]:
+def timeout(kit: Kit, backend: str) -> dict[str, Any]:
     """Nobody acks: held until the (short) release timeout, then released once."""
-    rank = _scenario(kit, rid="pr41404-003", release_timeout_s=SHORT_TIMEOUT_S)
+    rank = _scenario(kit, backend, rid="pr41404-003", release_timeout_s=SHORT_TIMEOUT_S)
     with rank.running():
         _prefill_reports_failure(rank)
         first = _pop(rank)
@@ -182,35 +191,35 @@ def timeout(kit: Kit) -> dict[str, Any]:
         }
 
 
-def unnotifiable(kit: Kit) -> dict[str, Any]:
+def unnotifiable(kit: Kit, backend: str) -> dict[str, Any]:
     """Control: no bootstrap info, nobody to notify -> immediate release."""
-    rank = _scenario(kit, rid="pr41404-004", notifiable=False)
+    rank = _scenario(kit, backend, rid="pr41404-004", notifiable=False)
     with rank.running():
         _prefill_reports_failure(rank)
         first = _pop(rank)
         return {**first, "outcome": _outcome(rank, first["released_immediately"])}
 
 
-def no_capability(kit: Kit) -> dict[str, Any]:
+def no_capability(kit: Kit, backend: str) -> dict[str, Any]:
     """Control: the KV manager cannot defer -> immediate release, no ABORT.
 
     Its ``enable_deferred_decode_kv_release`` is False: what the constructor
     computes for a backend without ``supports_deferred_decode_kv_release``
     (0.5.21+), or with the switch off (<= 0.5.20).
     """
-    rank = _scenario(kit, rid="pr41404-005", manager_defers=False)
+    rank = _scenario(kit, backend, rid="pr41404-005", manager_defers=False)
     with rank.running():
         _prefill_reports_failure(rank)
         return _pop(rank)
 
 
-def partial(kit: Kit) -> dict[str, Any]:
+def partial(kit: Kit, backend: str) -> dict[str, Any]:
     """A partial publish: rank 0 holds the destination, rank 1 refused it -- held until every notified rank acks?
 
     ``send_metadata`` concludes the room Failed itself and never sets the
     receiver's ``init_time``; rank 0 may already be writing into the pages.
     """
-    rank = _scenario(kit, rid="pr41404-007", refuse_metadata_at=1)
+    rank = _scenario(kit, backend, rid="pr41404-007", refuse_metadata_at=1)
     with rank.running():
         first = _pop(rank)
         _acks_from(rank, range(PREFILL_RANKS))
@@ -222,14 +231,14 @@ def partial(kit: Kit) -> dict[str, Any]:
         }
 
 
-def racing_ack(kit: Kit) -> dict[str, Any]:
+def racing_ack(kit: Kit, backend: str) -> dict[str, Any]:
     """The client aborts; prefill rank 0 acks at once, while decode is still sending rank 1 its ABORT.
 
     Driven through the real ``Scheduler.abort_request``, so wherever a build
     arms its ack accounting (receiver or scheduler, before or after the
     ABORTs), the build's own order decides whether rank 0's ack is counted.
     """
-    rank = _scenario(kit, rid="pr41404-008")
+    rank = _scenario(kit, backend, rid="pr41404-008")
     rank.wire.reply_on_send(prefill_endpoint(0), b"ABORT", lambda frames: deliver_abort_ack(rank, 0, frames))
     with rank.running():
         rank.client_abort()
@@ -245,20 +254,25 @@ def racing_ack(kit: Kit) -> dict[str, Any]:
         }
 
 
-def client_abort(kit: Kit) -> dict[str, Any]:
+def client_abort(kit: Kit, backend: str) -> dict[str, Any]:
     """Control: the same client abort, both acks arriving after the scheduler is done -> drained on every release."""
-    rank = _scenario(kit, rid="pr41404-009")
+    rank = _scenario(kit, backend, rid="pr41404-009")
     with rank.running():
         rank.client_abort()
+        released_before_every_ack = rank.release_kv_cache.count > 0
         _acks_from(rank, range(PREFILL_RANKS))
         first = _pop(rank)
         rank.queue.resolve_deferred_releases()
-        return {"held": first["held"], **_resolved(rank, first["released_immediately"])}
+        return {
+            "held": first["held"],
+            "released_before_every_ack": released_before_every_ack,
+            **_resolved(rank, first["released_immediately"]),
+        }
 
 
-def decode_initiated(kit: Kit) -> dict[str, Any]:
+def decode_initiated(kit: Kit, backend: str) -> dict[str, Any]:
     """Control: decode aborted the transfer itself (AbortReq) -> held on every release."""
-    rank = _scenario(kit, rid="pr41404-006")
+    rank = _scenario(kit, backend, rid="pr41404-006")
     with rank.running():
         rank.receiver.abort()
         return _pop(rank)
@@ -285,6 +299,11 @@ def observe(kit: Kit) -> dict[str, Any]:
         rf"({PREFILL_FAILURE}|Aborted by AbortReq\.|send_metadata to prefill [0-9.]+:\d+ failed)$"
     )
     fields: dict[str, Any] = {}
-    for scenario in SCENARIOS:
-        fields.update(_prefixed(scenario.__name__, scenario(kit)))
+    for backend in BACKENDS:
+        gap = deferral_gap(backend)
+        if gap is not None:
+            fields.update(kit.backend_not_applicable(backend, gap))
+            continue
+        for scenario in SCENARIOS:
+            fields.update(kit.on_backend(backend, _prefixed(scenario.__name__, scenario(kit, backend))))
     return fields

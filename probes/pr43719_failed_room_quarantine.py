@@ -2,11 +2,13 @@
 
 Scenario: a prefill request holds its prompt's KV and is in flight to decode.
 The real Mooncake ``transfer_worker`` fails the write (``send_kvcache``
-returns non-zero), concluding the room Failed. The scheduler then concludes
-the request through the real ``handle_inflight_transfer_failure`` with the
-real ``MooncakeKVSender`` on ``req.disagg_kv_sender``; SGLang's real
-``release_kv_cache`` decides what happens to the KV, against a fake radix tree
-and pools (GPU memory).
+returns non-zero), concluding the room Failed. The scheduler's own
+inflight-queue poll (``process_disagg_prefill_inflight_queue``) then polls the
+real ``MooncakeKVSender`` on ``req.disagg_kv_sender``, meets Failed and
+concludes the request the way this build does it (its
+``handle_inflight_transfer_failure``, or whatever the poll calls instead);
+SGLang's real ``release_kv_cache`` decides what happens to the KV, against a
+fake radix tree and pools (GPU memory).
 
 Observations: ``failed.radix_inserted`` -- the tree was asked to keep the
 failed room's KV as a reusable prefix (``cache_finished_req(is_insert=True)``
@@ -19,7 +21,8 @@ held in quarantine). No release up to 0.5.23 carries it: every
 release shows ``failed.radix_inserted = true``; a git commit with the fix
 would show ``false``.
 
-Control (equal on both sides): the request ends aborted with HTTP 500.
+Controls (equal on both sides): the request ends aborted with HTTP 500, and
+the poll hands it back as done (``failed.concluded``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from harness.features import Machinery
 from harness.mooncake import build_prefill_rank
 from harness.radix import TreeCache, fake_prefill_tree_cache
 from harness.requests import abort_status, hold_kv, new_req
-from harness.strict import strict_instance
+from harness.server import start
 
 PROMPT_TOKENS = 16
 
@@ -62,9 +65,15 @@ def kv_returned_to_pool(tree: TreeCache) -> bool:
 
 # --- scenario --------------------------------------------------------------------
 def failed(kit: Kit) -> dict[str, Any]:
-    """The room's transfer failed: what does the scheduler do with the request's prefill KV?"""
-    from sglang.srt.managers.scheduler import Scheduler
+    """The room's transfer failed: what does the scheduler's inflight-queue poll do with the prefill KV?
 
+    The prefill scheduler is the one the build's start-up builds (:mod:`harness.server`:
+    its class order, start-up and plugin patches, metrics reporter); the request sits
+    in that scheduler's own inflight queue and its own ``process_disagg_prefill_inflight_queue``
+    (the event-loop step that polls every in-flight sender) concludes it -- through the
+    build's handler, a copy of it, or a fix placed in the poll itself. The radix tree
+    the request's KV goes to is the probe's recorder (GPU memory).
+    """
     req = new_req("pr43719b-001", PROMPT_TOKENS)
     hold_kv(req, tokens=PROMPT_TOKENS)
 
@@ -73,21 +82,18 @@ def failed(kit: Kit) -> dict[str, Any]:
     rank.run_worker(rank.chunk(last=True))
     req.disagg_kv_sender = rank.sender()
 
+    scheduler = start(kit, "prefill", backend="fake").scheduler
     tree = fake_prefill_tree_cache(kit)
-    scheduler = strict_instance(
-        kit,
-        Scheduler,
-        "scheduler",
-        tree_cache=tree.fake,
-        metrics_reporter=kit.fake("metrics_reporter", enable_metrics=False),
-        ps=kit.fake("parallel state", tp_rank=0),  # <= 0.5.19 reads the TP rank here
-    )
-    scheduler.handle_inflight_transfer_failure(req)
+    scheduler.tree_cache = tree.fake  # the GPU-memory edge the probe watches
+    req.metadata_buffer_index = scheduler.req_to_metadata_buffer_idx_allocator.alloc()
+    scheduler.disagg_prefill_inflight_queue.append(req)
+    done = scheduler.process_disagg_prefill_inflight_queue()
     return {
         "failed.radix_inserted": radix_inserted(tree),
         "failed.kv_returned_to_pool": kv_returned_to_pool(tree),
         "failed.quarantined": bool(tree.quarantine_uses),
         "failed.abort_status": abort_status(req),
+        "failed.concluded": [r.rid for r in done] == [req.rid],
     }
 
 

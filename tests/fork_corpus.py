@@ -119,9 +119,14 @@ def apply_edits(spec: ForkSpec, read: Callable[[str], str | None]) -> dict[str, 
     for n, edit in enumerate(spec.edits, 1):
         if edit.file not in texts:
             original = read(edit.file)
+            if original is None and edit.find == "" and edit.count == 0:
+                texts[edit.file] = edit.replace  # a module the fork adds (see new_module)
+                continue
             if original is None:
                 raise CorpusError(f"fork {spec.name!r}: edit {n}: {edit.file} does not exist in {spec.base_release}")
             texts[edit.file] = original
+        if not edit.find:
+            raise CorpusError(f"fork {spec.name!r}: edit {n}: an empty find only creates a new file ({edit.file})")
         found = texts[edit.file].count(edit.find) if edit.find else 0
         if found != edit.count:
             raise CorpusError(
@@ -148,7 +153,7 @@ def materialise(spec: ForkSpec, release_tree: Path, dest: Path) -> Path:
     target = dest / "sglang"
     shutil.copytree(release_tree, target, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
     for path, text in texts.items():
-        (dest / path).unlink()
+        (dest / path).unlink(missing_ok=True)
         (dest / path).write_text(text)
     return dest
 
@@ -332,6 +337,11 @@ def version_claim(release: str, claim: str) -> Edit:
         f"__version__ = version = '{release}'\n__version_tuple__ = version_tuple = {old}\n",
         f"__version__ = version = '{claim}'\n__version_tuple__ = version_tuple = {new}\n",
     )
+
+
+def new_module(path: str, text: str) -> Edit:
+    """A module the fork adds (``path`` inside ``python/``, absent from the release)."""
+    return Edit(path, "", text, count=0)
 
 
 def new_env_flag(name: str, default: bool, what: str) -> Edit:
@@ -1650,3 +1660,184 @@ CORPUS: tuple[ForkSpec, ...] = (
         "state write stops the room",
     ),
 )
+
+
+# =============================================================================================
+# Transport back ends, build values, tolerance and the failed-transfer handler (0.5.22 text)
+# =============================================================================================
+CLASSES.update(
+    {
+        "backend-revert": "a fix reverted on one transport back end only (Mooncake, NIXL or Mori)",
+        "timeout-default": "the deferred-release timeout's default changed (0 s: held pages freed on the next pass)",
+        "moved-helper": "a helper moved to a new module that imports release_kv_cache itself (harmless)",
+        "duplicate-ack": "every drain ack sent twice; decode keeps acks in a per-rank set (harmless)",
+        "handler-not-called": "the fixed failure handler no longer called by its only caller (an old copy is)",
+        "fix-in-failure-caller": "the fix placed in the inflight-queue poll, before an unchanged handler",
+    }
+)
+NIXL = "sglang/srt/disaggregation/nixl/conn.py"
+MORI = "sglang/srt/disaggregation/mori/conn.py"
+RECEIVER_CLASS_22 = {
+    MOONCAKE: "class MooncakeKVReceiver(MooncakeFailureExceptionMixin, CommonKVReceiver):\n",
+    NIXL: "class NixlKVReceiver(CommonKVReceiver):\n",
+    MORI: "class MoriKVReceiver(CommonKVReceiver):\n",
+}
+RELEASE_REQUEST_22 = """                return
+        release_kv_cache(decode_req.req, self.tree_cache, checkpoint=False)
+"""
+ACK_SEND_22 = """            self._send_multipart_locked(
+                na.to_tcp(),
+                AbortAck(room, self._prefill_unique_rank(), target.generation).to_zmq(),
+                is_ipv6=na.is_ipv6,
+            )
+"""
+INFLIGHT_FAILED_22 = """            elif poll == KVPoll.Failed:
+                self.handle_inflight_transfer_failure(req)
+"""
+HANDLER_DEF_22 = """    def handle_inflight_transfer_failure(
+        self: Scheduler, req: Req
+    ) -> Optional[Exception]:
+"""
+
+
+def _receiver_skips_forced_notify(conn: str) -> Edit:
+    """The back end's receiver ignores ``ensure_abort_notified(force_arm=True)``: #41404's call, on it alone."""
+    anchor = RECEIVER_CLASS_22[conn]
+    return Edit(
+        conn,
+        anchor,
+        anchor + "    def ensure_abort_notified(self, *, force_arm: bool = False) -> None:\n"
+        "        # ACME: a failure decode did not initiate is not notified on this transport\n"
+        "        if force_arm:\n"
+        "            return\n"
+        "        super().ensure_abort_notified(force_arm=force_arm)\n\n",
+    )
+
+
+def _backend_revert(backend: str, conn: str) -> ForkSpec:
+    return ForkSpec(
+        name=f"41404-reverted-on-{backend}",
+        cls="backend-revert",
+        base_release="0.5.22",
+        edits=(_receiver_skips_forced_notify(conn),),
+        expect={"41404": "partial"},
+        why=f"backend-revert: the {backend} receiver ignores #41404's ensure_abort_notified(force_arm=True), so on "
+        f"{backend} alone a failure decode did not initiate (a partial publish too) is released at once with no "
+        "ABORT; a client abort still notifies (its call is not forced); the other back ends keep the fix",
+    )
+
+
+TRANSPORT_CORPUS: tuple[ForkSpec, ...] = (
+    _backend_revert("mooncake", MOONCAKE),
+    _backend_revert("nixl", NIXL),
+    _backend_revert("mori", MORI),
+    ForkSpec(
+        name="41404-release-timeout-zero",
+        cls="timeout-default",
+        base_release="0.5.22",
+        edits=(
+            Edit(
+                ENVIRON,
+                "    SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT = EnvFloat(30.0)\n",
+                "    SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT = EnvFloat(0.0)\n",
+            ),
+        ),
+        expect={"41404": "partial"},
+        why="timeout-default: the deferred-release timeout defaults to 0 s: a failure still sends every prefill "
+        "rank its ABORT and is held by pop_transferred, but the event loop's next pass frees the pages before "
+        "any drain ack, as on the base; the timeout scenario's forced value is reported with this 0.0",
+        forced_note={"41404": r"release timeout is 0\.0 by default in this build"},
+    ),
+    ForkSpec(
+        name="41404-release-helper-moved",
+        cls="moved-helper",
+        base_release="0.5.22",
+        edits=(
+            new_module(
+                "sglang/srt/disaggregation/decode_release.py",
+                '"""ACME: how decode gives a request\'s KV back (moved out of decode.py)."""\n\n'
+                "from sglang.srt.mem_cache.common import release_kv_cache\n\n\n"
+                "def release_decode_kv(req, tree_cache):\n"
+                "    release_kv_cache(req, tree_cache, checkpoint=False)\n",
+            ),
+            Edit(
+                DECODE,
+                "    restore_kv_cache,\n)\n",
+                "    restore_kv_cache,\n)\nfrom sglang.srt.disaggregation.decode_release import release_decode_kv\n",
+            ),
+            Edit(
+                DECODE,
+                RELEASE_REQUEST_22,
+                "                return\n        release_decode_kv(decode_req.req, self.tree_cache)\n",
+            ),
+        ),
+        expect={"41404": "present", "43719a": "present"},
+        why="moved-helper: DecodeTransferQueue._release_request calls a helper in a new module that imports "
+        "release_kv_cache itself; the same call, so the same behaviour as 0.5.22",
+    ),
+    ForkSpec(
+        name="43719a-duplicate-drain-ack",
+        cls="duplicate-ack",
+        base_release="0.5.22",
+        edits=(
+            Edit(
+                COMMON,
+                ACK_SEND_22,
+                "            for _ in range(2):  # ACME: a lost ack costs a release timeout; send it twice\n"
+                + "".join("    " + line + "\n" for line in ACK_SEND_22.splitlines()),
+            ),
+        ),
+        expect={"43719a": "present", "41404": "present"},
+        why="duplicate-ack: every drain ack goes out twice; decode keeps acks in a per-rank set, so a repeat "
+        "changes nothing and 0.5.22's behaviour stands",
+    ),
+    ForkSpec(
+        name="43719b-fixed-handler-not-called",
+        cls="handler-not-called",
+        base_release="0.5.22",
+        edits=(
+            Edit(
+                PREFILL,
+                HANDLER_DEF_22,
+                "    def _conclude_failed_transfer(self: Scheduler, req: Req) -> None:\n"
+                "        # ACME: the old conclusion, kept for the inflight queue\n"
+                "        if req.finished_reason is None:\n"
+                "            req.finished_reason = FINISH_LENGTH(length=0)\n"
+                "        release_kv_cache(req, self.tree_cache, checkpoint=True)\n"
+                "        self._release_aborted_request(req)\n"
+                "        if not isinstance(req.finished_reason, FINISH_ABORT):\n"
+                "            prepare_abort(\n"
+                '                req, "Prefill transfer failed", status_code=HTTPStatus.INTERNAL_SERVER_ERROR\n'
+                "            )\n\n" + HANDLER_DEF_22,
+            ),
+            _quarantine_release("False"),
+            Edit(
+                PREFILL,
+                INFLIGHT_FAILED_22,
+                "            elif poll == KVPoll.Failed:\n                self._conclude_failed_transfer(req)\n",
+            ),
+        ),
+        expect={"43719b": "absent"},
+        why="handler-not-called: handle_inflight_transfer_failure carries the quarantine, but its only caller, "
+        "the inflight-queue poll, now calls a copy of the old conclusion (radix insert on): the server inserts",
+    ),
+    ForkSpec(
+        name="43719b-fix-in-inflight-poll",
+        cls="fix-in-failure-caller",
+        base_release="0.5.22",
+        edits=(
+            Edit(
+                PREFILL,
+                INFLIGHT_FAILED_22,
+                "            elif poll == KVPoll.Failed:\n"
+                "                # ACME (#43719(b)): a failed room's KV may still be read; never reuse it\n"
+                "                req.skip_radix_cache_insert = True\n"
+                "                self.handle_inflight_transfer_failure(req)\n",
+            ),
+        ),
+        expect={"43719b": "present"},
+        why="fix-in-failure-caller: the inflight-queue poll sets skip_radix_cache_insert before the unchanged "
+        "handle_inflight_transfer_failure, and release_kv_cache honours it: the failed room is not inserted",
+    ),
+)
+CORPUS = (*CORPUS, *TRANSPORT_CORPUS)

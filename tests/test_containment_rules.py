@@ -115,9 +115,10 @@ def test_a_present_cell_carries_the_switches_the_probe_forced(matrix) -> None:
         "0.5.21",
         "present",
         "present",
-        "every path the fix changes behaves like its head (4: failure-notify, failure-hold-after-notify, "
-        "failure-force-arm, arm-before-abort); controls hold",
+        "every path the fix changes behaves like its head (12: failure-notify, failure-hold-after-notify, "
+        "failure-force-arm, arm-before-abort on mooncake, nixl, mori); controls hold",
         {DEFERRED: ProbeCell("head", "observations/41404/0.5.21/pr41404_deferred_release.json", "ok")},
+        backends={"mooncake": "present", "nixl": "present", "mori": "present"},
         notes=[
             "deferred decode KV release is off by default in this build (server_args.py:12): "
             f"the fix is inactive unless {SWITCH_ENV}=1"
@@ -154,6 +155,7 @@ def test_a_cell_s_record_names_every_field_and_upstream_only_when_replayed() -> 
             }
         },
         "notes": ["page size is 16 by default in this build (m.page_size)"],
+        "backends": {},
     }
     assert cell.to_dict() == record
     upstream = {"probe": "partial", "text": "1 of 2 own test(s) pass", "agrees": True, "disagreements": []}
@@ -185,3 +187,40 @@ def test_releases_are_read_in_version_order_not_text_order(matrix) -> None:
     ]
     found = find_regressions([fix], ["0.5.10", "0.5.9"], cells)
     assert found == [Regression("38935", "#38935", "0.5.9", "0.5.10", "partial", "like base: pr38935_prefill_door")]
+
+
+# -- transport back ends -----------------------------------------------------------------------
+def _on(spec: ProbeSpec, backend: str, side: int) -> dict[str, Any]:
+    """One back end's fields at the base (0) or head (1) value, its controls at their declared value."""
+    mark = f"{backend}:"
+    return {f: pair[side] for f, pair in spec.expect.items() if f.startswith(mark)} | {
+        f: v for f, v in spec.controls.items() if f.startswith(mark)
+    }
+
+
+def test_a_fix_reverted_on_one_back_end_is_partial_naming_it(matrix) -> None:
+    fix = matrix.fix("41404")
+    spec = fix.probes[0]
+    fields = _on(spec, "mooncake", 1) | _on(spec, "nixl", 0) | _on(spec, "mori", 1)
+    cell = judge_cell(fix, "0.5.22", {DEFERRED: _obs("41404", "0.5.22", DEFERRED, fields=fields)}, {})
+    assert cell.verdict == "partial"
+    assert cell.reason.startswith("like head on mooncake; like base on nixl; like head on mori: ")
+    assert "failure-notify@nixl" in cell.reason
+    assert cell.backends == {"mooncake": "present", "nixl": "absent", "mori": "present"}
+    assert cell.backend_note() == "present: mooncake, mori · absent: nixl"
+
+
+def test_a_back_end_without_the_machinery_is_named_not_applicable_and_not_judged(matrix) -> None:
+    fix = matrix.fix("41404")
+    spec = fix.probes[0]
+    fields = _on(spec, "mooncake", 1) | _on(spec, "nixl", 1) | {"mori:not-applicable": "MoriKVManager cannot defer"}
+    cell = judge_cell(fix, "0.5.21", {DEFERRED: _obs("41404", "0.5.21", DEFERRED, fields=fields)}, {})
+    assert cell.verdict == "present"
+    assert cell.reason.endswith("; not applicable on mori (MoriKVManager cannot defer)")
+    assert cell.backends["mori"] == "not-applicable: MoriKVManager cannot defer"
+    only = {"mooncake:not-applicable": "none", "nixl:not-applicable": "none", "mori:not-applicable": "none"}
+    cell = judge_cell(fix, "0.5.18", {DEFERRED: _obs("41404", "0.5.18", DEFERRED, fields=only)}, {})
+    assert cell.verdict == "not-applicable"
+    missing = _on(spec, "mooncake", 1) | {"mori:not-applicable": "none"}  # nixl neither observed nor excused
+    cell = judge_cell(fix, "0.5.22", {DEFERRED: _obs("41404", "0.5.22", DEFERRED, fields=missing)}, {})
+    assert cell.verdict == "error"

@@ -39,6 +39,7 @@ from fork_corpus import (
     ForkSpec,
     apply_edits,
     corpus_repos,
+    new_module,
 )
 from test_git_support import matrix_copy
 
@@ -228,3 +229,7 @@ def test_an_edit_that_does_not_apply_fails_loudly_naming_fork_file_and_text() ->
         apply_edits(spec(Edit("sglang/b.py", "x", "y")), read)
     with pytest.raises(CorpusError, match=r"'acme-x'.*no longer parses"):
         apply_edits(spec(Edit("sglang/a.py", "x = 1\n", "x = (\n", count=2)), read)
+    # a module the fork adds: an empty find creates it, and only a file the release lacks
+    assert apply_edits(spec(new_module("sglang/c.py", "z = 3\n")), read) == {"sglang/c.py": "z = 3\n"}
+    with pytest.raises(CorpusError, match=r"'acme-x'.*an empty find only creates a new file"):
+        apply_edits(spec(Edit("sglang/a.py", "", "z = 3\n", count=0)), read)

@@ -70,7 +70,7 @@ def paths_of(verdict: BackportVerdict) -> list[tuple[str, str, str]]:
 
 
 def test_the_backport_verdicts() -> None:
-    assert VERDICTS == ("present", "absent", "partial", "error")
+    assert VERDICTS == ("present", "absent", "partial", "not-applicable", "error")
 
 
 def test_every_path_like_head_is_present() -> None:
@@ -349,6 +349,7 @@ def test_backport_verdict_record() -> None:
         "where": WHERE["prefill-door"],
         "like": "head",
         "fields": list(DOOR.hunk("prefill-door").fields[PREFILL]),
+        "backend": None,
     }
 
 
@@ -416,11 +417,11 @@ ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
         ),
         (
             {"attribute": ATTR, "value": False, "build_default": True, "from": "server_args.py:12", "env": [ENV]},
-            "deferred decode KV release is True by default in this build (server_args.py:12)",
+            "deferred decode KV release is on by default in this build (server_args.py:12); a scenario forces off",
         ),
         (
             {"attribute": ATTR, "value": 4, "build_default": 2, "env": [ENV]},
-            f"deferred decode KV release is 2 by default in this build ({ATTR})",
+            f"deferred decode KV release is 2 by default in this build ({ATTR}); a scenario forces 4",
         ),
         (
             {"attribute": ATTR, "value": True, "build_default": True, "from": "x"},

@@ -983,3 +983,52 @@ def test_a_fix_names_its_throughput_probe(tmp_path: Path) -> None:
 )
 def test_throughput_rules(tmp_path: Path, text: str, message: str) -> None:
     assert refused(tmp_path, text) == message
+
+
+# -- transport back ends ----------------------------------------------------------------------
+ON_BACKENDS = 'name = "pr38935_decode_door"\nbackends = ["mooncake", "nixl"]'
+
+
+def test_a_probe_on_back_ends_expands_its_fields_paths_and_mutations(tmp_path: Path) -> None:
+    fix = load_matrix(write(tmp_path, edit('name = "pr38935_decode_door"', ON_BACKENDS))).fix("38935")
+    decode = fix.probes[1]
+    assert decode.backends == ("mooncake", "nixl")
+    assert decode.expect == {"mooncake:rejected.pending": (True, False), "nixl:rejected.pending": (True, False)}
+    assert decode.controls == {"mooncake:valid.pending": True, "nixl:valid.pending": True}
+    paths = {h.id: (h.backend, h.fields) for h in fix.hunks}
+    assert paths["decode-door@nixl"] == ("nixl", {"pr38935_decode_door": ("nixl:rejected.pending",)})
+    assert paths["prefill-door"][0] is None  # a back-end independent probe keeps one path
+    mutation = next(m for m in fix.mutations if m.name == "drop-decode-door-guard")
+    assert mutation.hunks == ("decode-door@mooncake", "decode-door@nixl")  # the declared id names each copy
+
+
+def _on_backends(old: str, new: str) -> str:
+    return edit(old, new).replace('name = "pr38935_decode_door"', ON_BACKENDS, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            edit('name = "pr38935_decode_door"', 'name = "pr38935_decode_door"\nbackends = ["nixl", "nixl"]'),
+            "a back end is listed twice",
+        ),
+        (
+            edit('name = "pr38935_decode_door"', 'name = "pr38935_decode_door"\nbackends = ["NIXL"]'),
+            "expected a list of back-end names",
+        ),
+        (
+            _on_backends(
+                'fields = { pr38935_decode_door = ["rejected.pending"] }',
+                'fields = { pr38935_decode_door = ["rejected.pending"] }\nbackends = ["mori"]',
+            ),
+            "not among its probes' back ends",
+        ),
+        (
+            _on_backends('"valid.pending" = true', '"valid.pending" = true\n"not-applicable" = "x"'),
+            "is the field a back end without the fix reports",
+        ),
+    ],
+)
+def test_back_end_rules(tmp_path: Path, text: str, message: str) -> None:
+    assert message in refused(tmp_path, text)

@@ -309,3 +309,61 @@ def test_a_class_level_default_never_hides_the_constructors_value(tmp_path: Path
     given = harness.real_object(kit, module.ForkManager, "given", mode="prefill", enable_deferral=False)
     assert given.enable_deferral is False
     assert {d["attribute"] for d in kit.defaults} >= {"prefill.enable_deferral", "prefill.lifecycle"}
+
+
+def test_an_outcome_deciding_value_given_as_a_literal_is_a_probe_error(tmp_path: Path, harness: ModuleType) -> None:
+    module = _load(tmp_path, "fork_literal", False)
+    for given in ({"deferred_kv_release_timeout": 0.1}, {"enable_deferred_kv_release": True}):
+        kit = Kit()
+        with pytest.raises(harness.LiteralBuildValue, match="forced="):
+            harness.real_object(kit, module.ForkManager, "mgr", mode="prefill", pp_size=1, **given)
+        assert kit.missing_attributes  # the observation is an error, whatever SGLang does with the exception
+    kit = Kit()  # forced: set, and reported with the build's own value
+    harness.real_object(
+        kit, module.ForkManager, "mgr", mode="prefill", pp_size=1, forced={"deferred_kv_release_timeout": 0.1}
+    )
+    assert [e["attribute"] for e in kit.forced] == ["mgr.deferred_kv_release_timeout"]
+
+
+def _literal_build_values(path: Path, names: frozenset[str]) -> list[str]:
+    """``name=<literal>`` keyword arguments in a probe file's calls (forced={...} is a dict, not a keyword)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg in names:
+                    found.append(f"{path.name}:{node.lineno}: {kw.arg}=")
+    return found
+
+
+def test_no_probe_passes_an_outcome_deciding_value_as_a_keyword(harness: ModuleType) -> None:
+    files = [*PROBES.glob("pr*.py"), *(PROBES / "harness").glob("*.py"), *(PROBES / "throughput").glob("*.py")]
+    assert files
+    found = [hit for f in files for hit in _literal_build_values(f, harness.BUILD_VALUES)]
+    assert not found, found
+
+
+def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: Path) -> None:
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.runtime import swapped_at_import_sites
+    finally:
+        sys.path.remove(str(PROBES))
+    owner = ModuleType("sglang_fake_owner")
+    owner.release = lambda: "real"  # type: ignore[attr-defined]
+    moved = ModuleType("sglang.fake_moved_helper")  # a helper module that imported it itself, under an alias
+    moved.free_pages = owner.release  # type: ignore[attr-defined]
+    sys.modules[moved.__name__] = moved
+    try:
+        with swapped_at_import_sites(owner, "release", lambda: "stand-in") as sites:
+            assert moved.free_pages() == "stand-in" and owner.release() == "stand-in"
+            assert "sglang.fake_moved_helper.free_pages" in sites
+            late = ModuleType("sglang.fake_late")  # imported while the swap was on
+            late.release = owner.release  # type: ignore[attr-defined]
+            sys.modules[late.__name__] = late
+        assert moved.free_pages() == "real" and owner.release() == "real" and late.release() == "real"
+    finally:
+        sys.modules.pop(moved.__name__, None)
+        sys.modules.pop("sglang.fake_late", None)

@@ -25,6 +25,8 @@ PROBES = Path(__file__).resolve().parents[1] / "probes"
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 FIRST_FIXED = {"41404": "0.5.21", "43719a": "0.5.22"}
 PROBE = {"41404": "pr41404_deferred_release", "43719a": "pr43719_failed_send_ack"}
+# the transport back ends each fix's scenarios run on, and the first release whose back end has the machinery
+BACKENDS = {"41404": {"mooncake": "0.5.19", "nixl": "0.5.19", "mori": "0.5.22"}, "43719a": {"mooncake": "0.5.19"}}
 
 # field: (value before the fix, value with it)
 CHANGES = {
@@ -122,6 +124,11 @@ def test_each_path_changes_on_the_release_that_carries_the_fix(observed, fix: st
         fixed = release >= FIRST_FIXED[fix]
         assert verdicts[(fix, release)] == ("present" if fixed else "absent"), (fix, release)
         want = {f: pair[fixed] for f, pair in CHANGES[fix].items()} | SAME[fix]
+        on = [b for b, first in BACKENDS[fix].items() if release >= first]
+        if BACKENDS[fix]:
+            want = {f"{b}:{f}": v for b in on for f, v in want.items()}
+            for b in set(BACKENDS[fix]) - set(on):
+                assert f"{b}:not-applicable" in o["fields"], (fix, release, b)
         got = {f: o["fields"].get(f) for f in want}
         assert got == want, (fix, release, {f: (got[f], want[f]) for f in want if got[f] != want[f]})
 
@@ -130,19 +137,23 @@ def test_the_partial_publish_is_an_injected_fault_not_a_broken_fake(observed) ->
     obs, _ = observed
     for release in RELEASES:
         events = obs[("41404", release)]["events"]
-        assert [e["where"] for e in events if e["event"] == "intended_failure"] == [
-            "send_multipart(tcp://192.0.2.10:17101)"
-        ], (release, events)
+        refused = {e["where"] for e in events if e["event"] == "intended_failure"}
+        assert refused == {"send_multipart(tcp://192.0.2.10:17101)"}, (release, events)
 
 
-def test_only_the_deferred_release_switches_are_forced_and_fix_state_comes_from_the_constructor(observed) -> None:
+def test_only_the_deferred_release_switches_and_timeout_are_forced_and_fix_state_comes_from_the_constructor(
+    observed,
+) -> None:
     obs, _ = observed
     for release in RELEASES:
         decode, prefill = obs[("41404", release)], obs[("43719a", release)]
         assert {f["attribute"] for f in decode["forced"]} == {
             "decode_kv_mgr.enable_deferred_decode_kv_release",
             "transfer_queue.enable_deferred_kv_release",
+            "transfer_queue.deferred_kv_release_timeout",  # the timeout scenario's only, beside the build's own
         }
+        timeouts = {f["build_default"] for f in decode["forced"] if f["attribute"].endswith("_timeout")}
+        assert timeouts == {30.0}, (release, timeouts)
         assert {f["attribute"] for f in prefill["forced"]} == {"prefill_kv_mgr.enable_deferred_decode_kv_release"}
         built = {d["attribute"]: d["from"] for d in decode["defaults"] + prefill["defaults"]}
         assert built["transfer_queue._deferred_releases"].startswith("DecodeTransferQueue.__init__")

@@ -464,3 +464,38 @@ def test_same_is_strict_json_equality_whatever_the_key_order() -> None:
     assert same({"a": 1, "b": [2, {"c": 3, "d": 4}]}, {"b": [2, {"d": 4, "c": 3}], "a": 1})
     assert same({"b": 1, "a": 2}, {"b": 1, "a": 2}) and same({"b": 1, "a": 2}, {"a": 2, "b": 1})
     assert not same({"a": 1}, {"a": True}) and not same([1, 2], [2, 1]) and not same("é", "e")
+
+
+# -- transport back ends ----------------------------------------------------------------------
+def _per_backend(fields: dict, *backends: str) -> dict:
+    return {f"{b}:{k}": v for b in backends for k, v in fields.items()}
+
+
+def backend_spec() -> ProbeSpec:
+    backends = ("mooncake", "mori")
+    return ProbeSpec(
+        name="p",
+        expect={f"{b}:{k}": v for b in backends for k, v in EXPECT.items()},
+        controls={f"{b}:{k}": v for b in backends for k, v in CONTROLS.items()},
+        backends=backends,
+    )
+
+
+def test_a_back_end_without_the_machinery_on_one_side_is_left_out_and_named() -> None:
+    base = obs(_per_backend(BUG, "mooncake") | {"mori:not-applicable": "no drain ack"}, "base")
+    head = obs(_per_backend(FIXED, "mooncake", "mori"), "head")
+    diff = judge_probe(backend_spec(), base, head)
+    assert diff.verdict == "confirmed"
+    assert diff.reason.endswith("; not applicable: mori on base (no drain ack)")
+    assert diff.backends == ["mooncake"]
+    broken = obs(_per_backend(BUG, "mooncake") | _per_backend(BUG, "mori"), "head")
+    assert judge_probe(backend_spec(), base, broken).verdict == "not-fixed"  # mooncake's head shows the bug
+    nothing = obs({"mooncake:not-applicable": "x", "mori:not-applicable": "y"}, "base")
+    assert judge_probe(backend_spec(), nothing, head).verdict == "error"
+
+
+def test_a_matrix_written_before_back_ends_judges_the_default_back_end() -> None:
+    """An older matrix (a bundle's) names plain fields; the probe now reports them per back end."""
+    base = obs(_per_backend(BUG, "mooncake") | _per_backend(FIXED, "nixl"), "base")
+    head = obs(_per_backend(FIXED, "mooncake") | _per_backend(BUG, "nixl"), "head")
+    assert judge_probe(spec(), base, head).verdict == "confirmed"  # mooncake, the server's default

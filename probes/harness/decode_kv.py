@@ -1,14 +1,23 @@
-"""One decode rank of a PD pair: the real transfer queue, receiver and KV manager.
+"""One decode rank of a PD pair: the real transfer queue, receiver and KV manager, on a chosen back end.
 
-``DecodeTransferQueue``, ``MooncakeKVReceiver`` and ``MooncakeKVManager`` are
+``DecodeTransferQueue`` and the back end's receiver and KV manager are
 SGLang's own classes built with ``__new__`` (see :mod:`harness.strict`) in
-decode mode; their methods run unchanged. Faked are only what a CPU cannot
-have or must not touch:
+decode mode; their methods run unchanged. The back end is picked the way a
+server picks it: ``ServerArgs.disaggregation_transfer_backend`` (``mooncake``
+by default, ``nixl``, ``mori``), mapped to classes by the build's own
+``get_kv_class``. Faked are only what a CPU cannot have or must not touch:
 
-- the zmq sockets to the prefill ranks (:class:`harness.wire.Wire`);
-- GPU memory: ``release_kv_cache`` (patched where ``decode.py`` imported it,
-  as SGLang's tests do), the metadata buffers and the radix tree;
+- the zmq sockets to the prefill ranks (:class:`harness.wire.Wire`) and the
+  back end's transfer engine (Mooncake's engine, NIXL's agent, Mori's engine
+  descriptor): decode only asks them for its own name;
+- GPU memory: ``release_kv_cache`` (swapped in every module of the build that
+  imported it, as SGLang's tests patch it at its import site), the metadata
+  buffers and the radix tree;
 - the scheduler's output streamer and metrics collector (recorders).
+
+Values the outcome depends on come from the build: the deferred-release
+timeout is the transfer queue's own (its constructor's default) unless a
+scenario forces one, which is then reported with the build's default.
 
 The receiver publishes its destination to the prefill ranks with its real
 ``send_metadata`` (the fake sockets record it), and a client abort goes through
@@ -20,7 +29,9 @@ rank group is a real one-rank gloo group.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +40,7 @@ from typing import Any
 from difflab.probe.kit import Kit, Recorder, StrictFake
 from harness.gloo import single_rank_group
 from harness.requests import new_req
-from harness.runtime import swapped
+from harness.runtime import scheduler_metrics, swapped_at_import_sites
 from harness.strict import prime, strict_instance
 from harness.wire import Wire, tcp_endpoint
 
@@ -92,7 +103,8 @@ class DecodeRank:
         return self.release_kv_cache.count == 0 and not self.slot_free()
 
     def abort_messages(self) -> int:
-        return self.wire.count(b"ABORT")
+        """ABORTs decode sent, a repeat of the same message to the same rank counted once (prefill treats it alike)."""
+        return self.wire.count_distinct(b"ABORT")
 
     def publish_metadata(self, *, refused_by: int | None = None) -> None:
         """The receiver's real ``send_metadata``: every prefill rank learns where to write the room's KV.
@@ -145,10 +157,11 @@ class DecodeRank:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """Patch ``release_kv_cache`` at decode.py's import site and watch its warnings."""
+        """Swap ``release_kv_cache`` wherever the build imported it, and watch decode's warnings."""
         from sglang.srt.disaggregation import decode
+        from sglang.srt.mem_cache import common
 
-        with swapped(decode, "release_kv_cache", self.release_kv_cache):
+        with swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache):
             decode.logger.addHandler(self.warnings)
             try:
                 yield
@@ -156,26 +169,112 @@ class DecodeRank:
                 decode.logger.removeHandler(self.warnings)
 
 
-def _switch(name: str, on: bool) -> dict[str, Any]:
-    """Deferred release forced on (recorded beside the verdict with this build's default), or plainly off."""
-    return {"forced": {name: True}} if on else {name: False}
+# --- back-end adaptations (one place): what each transport's decode side needs faked --------------
+BACKENDS = ("mooncake", "nixl", "mori")
+"""The transports driven here, Mooncake (the server's default) first. Ascend needs an NPU; ``fake`` moves no KV."""
+
+TRANSPORT_PACKAGES = {"mori": "mori"}
+"""A back end whose conn module imports its RDMA library at module level: that library is stubbed (the transport)."""
 
 
-def _decode_manager(kit: Kit, manager_defers: bool) -> Any:
-    """The decode rank's real ``MooncakeKVManager`` (decode mode), its bookkeeping from this build's constructor."""
-    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
+def _engine_attrs(kit: Kit, backend: str) -> dict[str, Any]:
+    """The transfer engine a back end's decode KV manager holds; decode only asks it for its own name."""
+    if backend == "mooncake":
+        return {"engine": kit.fake("mooncake engine", get_session_id=lambda: DECODE_SESSION)}
+    if backend == "nixl":
+        agent = kit.fake("nixl agent")
+        agent.name = DECODE_SESSION  # a fake's own label is its first argument, so the agent's name is set after
+        # kv_args: the GPU buffers; NIXL's send_metadata logs the engine rank
+        return {"agent": agent, "kv_args": kit.fake("kv_args", engine_rank=0)}
+    if backend == "mori":
+        return {"engine_desc": kit.fake("mori engine descriptor", key=DECODE_SESSION)}
+    raise ValueError(f"no decode transport adaptation for back end {backend!r}")
+
+
+def _receiver_attrs(backend: str) -> dict[str, Any]:
+    """What a back end's receiver learnt in its own ``__init__`` from its engine (Mooncake: the session id)."""
+    return {"session_id": DECODE_SESSION} if backend == "mooncake" else {}
+
+
+def _import_transport(backend: str) -> None:
+    """Import the back end's conn module, its RDMA library (never on a CPU) stubbed where it needs one."""
+    import importlib
+
+    package = TRANSPORT_PACKAGES.get(backend)
+    if package is None or package in sys.modules:
+        importlib.import_module(f"sglang.srt.disaggregation.{backend}")
+        return
+    from difflab.probe.stubs import StubFinder
+
+    finder = StubFinder((package,))
+    sys.meta_path.insert(0, finder)
+    try:
+        importlib.import_module(f"sglang.srt.disaggregation.{backend}")
+    finally:
+        sys.meta_path.remove(finder)
+
+
+@functools.cache
+def transport_classes(backend: str) -> tuple[type, type]:
+    """(KV manager, receiver) of ``backend``, chosen as a server chooses: ServerArgs, TransferBackend, get_kv_class."""
+    from sglang.srt.disaggregation.utils import KVClassType, TransferBackend, get_kv_class
+    from sglang.srt.server_args import ServerArgs
+
+    _import_transport(backend)
+    chosen = TransferBackend(
+        ServerArgs(model_path="dummy", disaggregation_transfer_backend=backend).disaggregation_transfer_backend
+    )
+    return get_kv_class(chosen, KVClassType.MANAGER), get_kv_class(chosen, KVClassType.RECEIVER)
+
+
+@functools.cache
+def deferral_gap(backend: str) -> str | None:
+    """Why this build's ``backend`` cannot hold decode pages until prefill's drain ack; None where it can.
+
+    A back end the build does not ship, one whose KV manager declares it cannot defer
+    (``supports_deferred_decode_kv_release``, 0.5.21+), or one whose decode side never
+    consumes a drain ack (no ``note_abort_ack`` / ``handle_abort_ack_message`` call in its
+    module: Mori up to 0.5.21) has none of the machinery deferred release needs.
+    """
+    import inspect
+
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    if backend not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return (
+            f"this build ships no {backend} transfer back end (choices: {', '.join(DISAGG_TRANSFER_BACKEND_CHOICES)})"
+        )
+    try:
+        manager_cls, _ = transport_classes(backend)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(f"sglang.srt.disaggregation.{backend}"):
+            return f"this build has no module {exc.name}"
+        raise
+    if getattr(manager_cls, "supports_deferred_decode_kv_release", True) is False:
+        return f"{manager_cls.__name__}.supports_deferred_decode_kv_release is False: it cannot defer decode KV release"
+    source = inspect.getsource(sys.modules[manager_cls.__module__])
+    if "note_abort_ack" not in source and "handle_abort_ack_message" not in source:
+        return f"{manager_cls.__module__} never consumes a prefill rank's drain ack (ABORT_ACK)"
+    return None
+
+
+def _decode_manager(kit: Kit, backend: str, manager_defers: bool) -> Any:
+    """The decode rank's real KV manager of ``backend`` (decode mode), its bookkeeping from this build's constructor.
+
+    Deferred release is forced (on, or off for a control), reported with the build's own default.
+    """
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
+    manager_cls, _ = transport_classes(backend)
     return strict_instance(
         kit,
-        MooncakeKVManager,
+        manager_cls,
         "decode_kv_mgr",
         disaggregation_mode=DisaggregationMode.DECODE,
-        **_switch("enable_deferred_decode_kv_release", manager_defers),
+        forced={"enable_deferred_decode_kv_release": manager_defers},
         local_ip=DECODE_IP,
         rank_port=DECODE_PORT,
-        # the Mooncake transfer engine (RDMA): decode only asks it for its session id
-        engine=kit.fake("mooncake engine", get_session_id=lambda: DECODE_SESSION),
+        **_engine_attrs(kit, backend),
     )
 
 
@@ -198,11 +297,13 @@ def _receiver(
     room: int,
     prefill_ranks: int,
     notifiable: bool,
+    backend: str,
     class_attrs: dict[str, Any] | None = None,
 ) -> Any:
-    """A real ``MooncakeKVReceiver`` for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
+    """A real receiver of ``backend`` for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
     from sglang.srt.disaggregation.base.conn import KVPoll
-    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
+
+    _, receiver_cls = transport_classes(backend)
 
     bootstrap_infos = (
         [
@@ -214,7 +315,7 @@ def _receiver(
     )
     receiver = strict_instance(
         kit,
-        MooncakeKVReceiver,
+        receiver_cls,
         "kv_receiver",
         class_attrs=class_attrs or _receiver_class_attrs(kit, wire, prefill_ranks),
         kv_mgr=kv_mgr,
@@ -222,7 +323,7 @@ def _receiver(
         bootstrap_addr=BOOTSTRAP_ADDR,
         bootstrap_infos=bootstrap_infos,
         required_dst_info_num=1,  # what the receiver's init() learns from the bootstrap server
-        session_id=DECODE_SESSION,
+        **_receiver_attrs(backend),
     )
     # The room's real lifecycle on the decode side: bootstrapped, metadata sent.
     kv_mgr.addr_to_rooms_tracker[BOOTSTRAP_ADDR].add(room)
@@ -247,7 +348,7 @@ def _transfer_queue(
     allocator: Any,
     slots: int,
     queue_defers: bool,
-    release_timeout_s: float,
+    release_timeout_s: float | None,
 ) -> _QueueParts:
     """The real ``DecodeTransferQueue`` holding ``decode_reqs``, with faked metadata buffers, metrics and scheduler."""
     import torch
@@ -278,8 +379,7 @@ def _transfer_queue(
         enable_hisparse=False,
         kv_checksum_computer=None,
         output_streamer=kit.fake("output_streamer", stream_output=kit.recorder("stream_output")),
-        metrics_reporter=kit.fake("metrics_reporter", enable_metrics=True),
-        metrics_collector=metrics,
+        **_metrics(kit, metrics),
     )
     queue = strict_instance(
         kit,
@@ -300,10 +400,20 @@ def _transfer_queue(
         enable_staging=False,
         staging_handler=None,
         enable_host_receive=False,
-        **_switch("enable_deferred_kv_release", queue_defers),
-        deferred_kv_release_timeout=release_timeout_s,
+        forced={
+            "enable_deferred_kv_release": queue_defers,
+            # the release timeout is the build's own unless the scenario needs another (reported with the build's)
+            **({"deferred_kv_release_timeout": release_timeout_s} if release_timeout_s is not None else {}),
+        },
     )
     return _QueueParts(queue, metrics, metadata_rooms, deferred_outcomes)
+
+
+def _metrics(kit: Kit, collector: StrictFake) -> dict[str, Any]:
+    """The scheduler's metrics reporter (:func:`harness.runtime.scheduler_metrics`: the build's default, off)
+    and, only where metrics are on, its collector; a collector call nobody gated is a probe error."""
+    parts = scheduler_metrics(kit)
+    return parts | {"metrics_collector": collector if parts["metrics_reporter"].enable_metrics else None}
 
 
 def build_decode_rank(
@@ -313,7 +423,8 @@ def build_decode_rank(
     prefill_ranks: int,
     queue_defers: bool,
     manager_defers: bool,
-    release_timeout_s: float,
+    backend: str = "mooncake",
+    release_timeout_s: float | None = None,
     notifiable: bool = True,
     refuse_metadata_at: int | None = None,
 ) -> DecodeRank:
@@ -330,8 +441,8 @@ def build_decode_rank(
     wire = Wire(kit)
     req = new_req(rid)  # a real Req with its own bootstrap room
     room = int(req.bootstrap_room)
-    kv_mgr = _decode_manager(kit, manager_defers)
-    receiver = _receiver(kit, wire, kv_mgr, room, prefill_ranks, notifiable)
+    kv_mgr = _decode_manager(kit, backend, manager_defers)
+    receiver = _receiver(kit, wire, kv_mgr, room, prefill_ranks, notifiable, backend)
     allocator = ReqToMetadataIdxAllocator(METADATA_SLOTS)
     slot = allocator.alloc()
     decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
@@ -384,7 +495,7 @@ class DecodeRooms:
             req = new_req(rid)
             room = int(req.bootstrap_room)
             receiver = _receiver(
-                self.kit, self.wire, self.kv_mgr, room, self.prefill_ranks, True, self.receiver_class_attrs
+                self.kit, self.wire, self.kv_mgr, room, self.prefill_ranks, True, "mooncake", self.receiver_class_attrs
             )
             slot = self.allocator.alloc()
             if slot is None:
@@ -402,19 +513,22 @@ class DecodeRooms:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """Patch ``release_kv_cache`` at decode.py's import site."""
-        from sglang.srt.disaggregation import decode
+        """Swap ``release_kv_cache`` wherever the build imported it."""
+        from sglang.srt.mem_cache import common
 
-        with swapped(decode, "release_kv_cache", self.release_kv_cache):
+        with swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache):
             yield
 
 
 def build_decode_rooms(kit: Kit, *, slots: int, prefill_ranks: int, release_timeout_s: float) -> DecodeRooms:
-    """An empty decode rank with deferred release forced on (queue and manager), room for ``slots`` requests."""
+    """An empty Mooncake decode rank with deferred release forced on (queue and manager), room for ``slots`` requests.
+
+    ``release_timeout_s`` is forced too (reported with the build's own default).
+    """
     from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
 
     wire = Wire(kit)
-    kv_mgr = _decode_manager(kit, manager_defers=True)
+    kv_mgr = _decode_manager(kit, "mooncake", manager_defers=True)
     allocator = ReqToMetadataIdxAllocator(slots)
     parts = _transfer_queue(kit, [], allocator, slots, True, release_timeout_s)
     return DecodeRooms(

@@ -78,9 +78,17 @@ class PrefillRank:
     def decode_endpoint(self) -> str:
         return tcp_endpoint(DECODE_IP, DECODE_PORT)
 
-    def acks(self) -> int:
-        """ABORT_ACK messages sent to decode so far."""
-        return self.wire.count(b"ABORT_ACK", self.decode_endpoint)
+    def acks(self, since: int = 0) -> int:
+        """ABORT_ACKs sent to decode (after the first ``since`` messages); a byte-identical repeat counts once.
+
+        Decode keeps drain acks in a per-rank set, so a repeated ack changes nothing: the
+        effect (decode learns the room drained) is what is counted, not the frames.
+        """
+        return self.wire.count_distinct(b"ABORT_ACK", self.decode_endpoint, since)
+
+    def sent_so_far(self) -> int:
+        """How many messages this rank has sent: the start of a window for :meth:`acks`."""
+        return len(self.wire.sent)
 
     def deliver(self, *messages: list[bytes]) -> None:
         """Decode's control messages, handled by the real bootstrap thread; returns once all are handled."""
@@ -212,6 +220,15 @@ class PrefillRank:
         self.mgr.decode_kv_args_table[session] = decode_registration(session)
 
 
+def mooncake_gap() -> str | None:
+    """Why this build has no Mooncake back end to drive, or None (it is the server's default)."""
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    if "mooncake" not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return "this build ships no mooncake transfer back end"
+    return None
+
+
 def decode_registration(session: str) -> Any:
     """What a decode rank registers with prefill: its Mooncake session and where its buffers are."""
     from sglang.srt.disaggregation.mooncake.conn import KVArgsRegisterInfo
@@ -251,11 +268,7 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
         MooncakeKVManager,
         "prefill_kv_mgr",
         disaggregation_mode=DisaggregationMode.PREFILL,
-        **(
-            {"forced": {"enable_deferred_decode_kv_release": True}}
-            if deferred_release
-            else {"enable_deferred_decode_kv_release": False}
-        ),
+        forced={"enable_deferred_decode_kv_release": deferred_release},
         server_args=published_server_args(),  # the real config, with this build's defaults
         kv_args=kit.fake("kv_args", kv_data_ptrs=[0x10000, 0x20000], engine_rank=0),
         bootstrap_port=PREFILL_PORT,

@@ -16,6 +16,7 @@ GPU-bound constructor (:func:`bare`), a module global swapped for one scenario
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -55,6 +56,11 @@ def ensure_runtime() -> None:
     _READY = True
 
 
+def hold(context: contextlib.AbstractContextManager[Any]) -> Any:
+    """Keep ``context`` entered until the process ends (process-wide SGLang state a launcher would set)."""
+    return _HELD.enter_context(context)
+
+
 def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
     """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
 
@@ -79,6 +85,77 @@ def swapped(module: Any, name: str, value: Any) -> Iterator[Any]:
         yield value
     finally:
         setattr(module, name, saved)
+
+
+@contextlib.contextmanager
+def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[str]]:
+    """Replace the function ``owner.name`` in ``owner`` and in every loaded SGLang module that imported it.
+
+    SGLang's tests patch a function where the code under test imported it. A build may
+    import it in more places (a helper moved to a module of its own, an alias), so the
+    sites are found by following the build's imports: every ``sglang`` module global that
+    *is* the original object, under whatever name. Yields the sites (``module.global``).
+    """
+    original = getattr(owner, name)
+    sites = [(owner, name), *_import_sites(original, owner)]
+    loaded = set(sys.modules)
+    for module, key in sites:
+        setattr(module, key, value)
+    try:
+        yield [f"{getattr(m, '__name__', m)}.{k}" for m, k in sites]
+    finally:
+        for module, key in sites:
+            setattr(module, key, original)
+        # A module imported while the swap was on bound the stand-in: it gets the original back too.
+        for module_name in set(sys.modules) - loaded:
+            module = sys.modules.get(module_name)
+            for key, bound in list(vars(module).items()) if module is not None else ():
+                if bound is value:
+                    setattr(module, key, original)
+
+
+_SITES: dict[int, tuple[set[str], list[tuple[Any, str]]]] = {}
+"""id(original) -> (modules already scanned, their (module, global) pairs bound to it)."""
+
+
+def _import_sites(original: Any, owner: Any) -> list[tuple[Any, str]]:
+    """(module, global) pairs of loaded ``sglang`` modules bound to ``original``; modules loaded since are scanned."""
+    scanned, sites = _SITES.setdefault(id(original), (set(), []))
+    for module_name, module in list(sys.modules.items()):
+        if module_name in scanned or not module_name.startswith("sglang"):
+            continue
+        scanned.add(module_name)
+        if module is None or module is owner:
+            continue
+        try:
+            sites += [(module, k) for k, v in vars(module).items() if v is original]
+        except TypeError:  # a module object without a plain namespace
+            continue
+    return sites
+
+
+def scheduler_metrics(kit: Kit) -> dict[str, Any]:
+    """A scheduler's metrics reporter and stage-time recorder, as the build's start-up makes them.
+
+    The collector context reads ``enable_metrics`` from the published server config
+    (the build's ``ServerArgs`` default: off), and the reporter builds its
+    ``SchedulerStageMetricsRecorder(enabled=...)`` (0.5.20+) from it; the scheduler
+    keeps that recorder. With metrics off no collector exists, so a counter gated
+    the way SGLang gates its own does not run.
+    """
+    ensure_runtime()
+    enabled = bool(published_server_args().enable_metrics)
+    reporter = kit.fake("metrics_reporter")
+    reporter.enable_metrics = enabled  # set after: a fake's label is its first argument
+    reporter.current_scheduler_metrics_enabled = enabled
+    parts: dict[str, Any] = {"metrics_reporter": reporter}
+    try:
+        from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
+    except ImportError:  # <= 0.5.19: no stage-time recorder
+        return parts
+    recorder = SchedulerStageMetricsRecorder(enabled=enabled)
+    reporter.scheduler_stage_metrics = recorder
+    return parts | {"scheduler_stage_metrics": recorder}
 
 
 # ---------------------------------------------------------------------------

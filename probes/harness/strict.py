@@ -28,7 +28,10 @@ one of four ways, each recorded with the kit:
    can swallow, naming the attribute -- a probe error, never a verdict.
 
 Flags a probe must force (``forced=``) are set, and the build's own default
-for them is evaluated and reported beside the verdict.
+for them is evaluated and reported beside the verdict. A value an outcome
+depends on (:data:`BUILD_VALUES`: the deferred-release switches and timeout,
+the transfer timeouts) may not be handed over as a plain attribute: it comes
+from the build's constructor, or is forced and reported.
 """
 
 from __future__ import annotations
@@ -51,6 +54,25 @@ from harness.construction import (
 T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"\bSGLANG_[A-Z0-9_]+\b")
+
+BUILD_VALUES = frozenset(
+    {
+        "enable_deferred_decode_kv_release",  # KV managers: deferred release on this back end
+        "enable_deferred_kv_release",  # DecodeTransferQueue: hold pages until the drain ack
+        "deferred_kv_release_timeout",  # DecodeTransferQueue: how long a hold may last
+        "waiting_timeout",  # KV managers: how long decode waits for a transfer
+        "bootstrap_timeout",  # KV managers: how long a room may bootstrap
+        "heartbeat_interval",
+        "max_failures",
+    }
+)
+"""Attributes whose value decides a scenario's outcome: the build's own, or ``forced=`` (reported), never a literal."""
+
+
+class LiteralBuildValue(MissingFakeAttribute):
+    """A probe handed a real object an outcome-deciding value as a plain attribute (see :data:`BUILD_VALUES`)."""
+
+
 _RESOLVED: dict[tuple[type, str], dict[str, None]] = {}
 """(class, name) -> attributes an object of that kind took from the build's constructor, in order."""
 
@@ -152,6 +174,13 @@ def real_object(
     with that default). ``absent`` are attributes the real object lacks as
     well, so SGLang's own ``getattr``/``hasattr`` defaults are the right answer.
     """
+    literal = sorted(BUILD_VALUES & (set(attrs) | set(class_attrs or {})))
+    if literal:
+        kit.missing_attributes.append(f"{name}.{literal[0]} (given as a literal)")
+        raise LiteralBuildValue(
+            f"real {cls.__name__} object {name}: {', '.join(literal)} decide(s) the outcome; leave it to the "
+            "build's constructor or pass it in forced= (reported beside the verdict with the build's default)"
+        )
     given = frozenset(attrs) | frozenset(forced or {}) | frozenset(class_attrs or {})
     strict_cls = _strict_class(kit, cls, name, frozenset(absent), given, class_attrs or {})
     obj = object.__new__(strict_cls)

@@ -83,3 +83,18 @@ class Wire:
 
     def count(self, tag: bytes, endpoint: str | None = None) -> int:
         return len(self.messages(tag, endpoint))
+
+    def count_distinct(self, tag: bytes, endpoint: str | None = None, since: int = 0) -> int:
+        """``tag`` messages (after the first ``since`` sent), a byte-identical repeat to the same endpoint once.
+
+        Where the protocol is idempotent (a drain ack decode keeps in a per-rank set, an
+        ABORT for a room already aborting) a repeat changes nothing, so a control
+        counts the effect, not the frames.
+        """
+        return len(
+            {
+                (ep, tuple(f))
+                for ep, f in self.sent[since:]
+                if f and f[0] == tag and (endpoint is None or ep == endpoint)
+            }
+        )

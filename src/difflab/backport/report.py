@@ -82,6 +82,8 @@ def render_summary(fork: dict[str, Any], verdicts: list[BackportVerdict], append
             lines.append(f"- evidence: {_cell(note)}")
         for note in v.forced:
             lines.append(f"- forced by the probe: {_cell(note)}")
+        for backend, own in v.backends.items():
+            lines.append(f"- on the {backend} transport back end: {_cell(own)}")
         if v.paths:
             lines += ["", "| path | where | behaves like |", "|---|---|---|"]
             lines += [f"| `{path.hunk}` | {_cell(path.where)} | {path.like} |" for path in v.paths]

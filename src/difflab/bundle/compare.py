@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.bundle import layout
+from difflab.probe.kit import DEFAULT_BACKEND, backend_field
 
 # Observation attributes compared besides the per-field values.
 COMPARED_ATTRIBUTES = ("status", "source", "sglang_version")
@@ -84,6 +85,20 @@ def _compare_observation(rel: str, old: dict[str, Any], new: dict[str, Any], not
         if old.get(attribute) != now.get(attribute):
             yield Difference(f"{_where(rel)} {attribute}", old.get(attribute), now.get(attribute))
     old_fields, new_fields = old.get("fields") or {}, new.get("fields") or {}
+    # Recorded before its probe observed each transport back end: what it holds is what the
+    # server's default back end showed, which the re-run names ``<default>:<field>``.
+    renamed = {
+        name: backend_field(DEFAULT_BACKEND, name)
+        for name in old_fields
+        if name not in new_fields and backend_field(DEFAULT_BACKEND, name) in new_fields
+    }
+    new_fields = {k: v for k, v in new_fields.items() if k not in renamed.values()} | {
+        old_name: new_fields[new_name] for old_name, new_name in renamed.items()
+    }
+    if renamed:
+        notes.append(
+            f"{_where(rel)}: recorded before per-back-end fields; compared with the re-run's {DEFAULT_BACKEND}"
+        )
     for name in sorted(old_fields):
         if old_fields[name] != new_fields.get(name, _MISSING):
             yield Difference(f"{_where(rel)} field {name}", old_fields[name], new_fields.get(name, "(absent)"))

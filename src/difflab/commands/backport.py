@@ -41,4 +41,6 @@ def main(args: argparse.Namespace) -> int:
     outcome = execute(req, reporter)
     for v in outcome.verdicts:
         reporter.say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
+        if v.backends:
+            reporter.say("    back ends: " + "; ".join(f"{b} {own}" for b, own in v.backends.items()))
     return outcome.exit_code

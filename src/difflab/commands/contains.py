@@ -68,6 +68,7 @@ def main(args: argparse.Namespace) -> int:
             c = t.cell(fix.id, r.version)
             mark = " [bold]▼ regression[/bold]" if c.regression else ""
             mark += "" if c.agrees else f" [bold](expected {c.expected})[/bold]"
+            mark += f"\n[dim]{c.backend_note()}[/dim]" if c.backends else ""
             row.append(f"[{COLOURS[c.verdict]}]{c.verdict}[/{COLOURS[c.verdict]}]{mark}")
         grid.add_row(fix.label, *row)
     out.print(grid)

@@ -52,6 +52,15 @@ class Cell:
     """Switches the probes forced on this build, with its own default (see ``likeness.forced_notes``)."""
     upstream: dict[str, Any] | None = None
     """What SGLang's own tests said on this release, when they were replayed (``--upstream-tests``)."""
+    backends: dict[str, str] = field(default_factory=dict)
+    """Transport back end -> its own verdict on this release (``not-applicable: why`` where it lacks the machinery)."""
+
+    def backend_note(self) -> str:
+        """``present: mooncake, nixl · n/a: mori``: each back end's verdict, where a fix's paths are per back end."""
+        groups: dict[str, list[str]] = {}
+        for backend, verdict in self.backends.items():
+            groups.setdefault("n/a" if verdict.startswith(NOT_APPLICABLE) else verdict, []).append(backend)
+        return " · ".join(f"{v}: {', '.join(b)}" for v, b in groups.items())
 
     @property
     def agrees(self) -> bool:
@@ -71,6 +80,7 @@ class Cell:
             "reason": self.reason,
             "probes": {name: vars(p) for name, p in self.probes.items()},
             "notes": self.notes,
+            "backends": self.backends,
             **({"upstream": self.upstream} if self.upstream is not None else {}),
         }
 
@@ -118,7 +128,16 @@ def judge_cell(fix: Fix, release: str, obs: Mapping[str, Observation], paths: Ma
         p.probe: ProbeCell(p.like, paths.get(p.probe, ""), obs[p.probe].status if p.probe in obs else "missing")
         for p in judged.probes
     }
-    return Cell(fix.id, release, judged.verdict, expected, judged.reason, probes, notes=list(judged.forced))
+    return Cell(
+        fix.id,
+        release,
+        judged.verdict,
+        expected,
+        judged.reason,
+        probes,
+        notes=list(judged.forced),
+        backends=dict(judged.backends),
+    )
 
 
 def find_regressions(fixes: Sequence[Fix], releases: Sequence[str], cells: Sequence[Cell]) -> list[Regression]:

@@ -17,6 +17,12 @@ control off, a field matching neither side).
 fix's head on this source, under this build's own defaults -- except the
 switches a probe forces, which are reported beside the verdict with the
 build's default. It cannot speak for paths the matrix does not list.
+
+A path on a transport back end (``failure-notify@nixl``) is judged from that back
+end's fields. A back end the source lacks, or one without the fix's machinery, is
+``n/a`` for its paths and named beside the verdict; the verdict is then made from
+the other back ends (``not-applicable`` when no path is left). ``partial`` names
+the back end whose paths behave like the base.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import Observation
 
-VERDICTS = ("present", "absent", "partial", "error")
+VERDICTS = ("present", "absent", "partial", "not-applicable", "error")
 
 
 @dataclass
@@ -48,10 +55,12 @@ class ProbeComparison:
     """One probe on the fork: which side it behaves like, and why."""
 
     probe: str
-    like: str  # head | base | mixed | other | error | control-drift
+    like: str  # head | base | mixed | other | error | control-drift | n/a
     reason: str
     fields: list[FieldCheck]
     observation: Observation | None = None
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """Back end -> why it does not apply on this source (its fields are not judged)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # the observation too, as Observation.to_dict writes it
@@ -63,8 +72,9 @@ class PathCheck:
 
     hunk: str
     where: str  # "file: function"
-    like: str  # head | base | mixed | masked | other | missing
+    like: str  # head | base | mixed | masked | other | missing | n/a
     fields: list[str]
+    backend: str | None = None
 
     def describe(self) -> str:
         return f"{self.hunk} ({self.where})"
@@ -86,6 +96,8 @@ class BackportVerdict:
     paths: list[PathCheck] = field(default_factory=list)
     forced: list[str] = field(default_factory=list)
     """Switches the probes forced, with this build's own default where it differs."""
+    backends: dict[str, str] = field(default_factory=dict)
+    """Transport back end -> its own verdict (``present``, ``absent``, ``partial``, ``not-applicable: why``)."""
     upstream_tests: dict[str, Any] | None = None
     """What SGLang's own tests said on this source (``upstream-tests.json``), when they were replayed."""
 
@@ -107,6 +119,7 @@ class BackportVerdict:
             "probes": [p.to_dict() for p in self.probes],
             "paths": [asdict(p) for p in self.paths],
             "forced": self.forced,
+            "backends": self.backends,
             "evidence": self.evidence,
             "disagreements": self.disagreements,
         } | ({"upstream_tests": self.upstream_tests} if self.upstream_tests is not None else {})
@@ -126,7 +139,20 @@ def _field_checks(spec: ProbeSpec, obs: Observation | None) -> list[FieldCheck]:
 
 
 def compare_probe(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
-    """Which side the fork's observation of one probe behaves like."""
+    """Which side the fork's observation of one probe behaves like (on the back ends that apply)."""
+    obs = as_declared(spec, obs)
+    skipped = gaps(obs, spec)
+    if skipped:
+        spec = applicable(spec, skipped)
+        if not spec.expect:
+            why = "; ".join(f"{b}: {r}" for b, r in skipped.items())
+            return ProbeComparison(spec.name, "n/a", f"not applicable on any back end ({why})", [], obs, skipped)
+    found = _compare(spec, obs)
+    found.not_applicable = skipped
+    return found
+
+
+def _compare(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     checks = _field_checks(spec, obs)
     match = classify(obs, spec)
     if match is Match.ERROR:
@@ -167,6 +193,7 @@ def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
     remaining fields; if none remain, it cannot be told apart (``masked``).
     """
     by_probe = {p.probe: {c.field: c for c in p.fields if c.kind == "expect"} for p in probes}
+    skipped = {b: r for p in probes for b, r in p.not_applicable.items()}
 
     def side(probe: str, name: str) -> str:
         check = by_probe.get(probe, {}).get(name)
@@ -174,6 +201,9 @@ def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
 
     raw: dict[str, str] = {}
     for hunk in fix.hunks:
+        if hunk.backend in skipped:
+            raw[hunk.id] = "n/a"
+            continue
         sides = {side(probe, name) for probe, name in hunk.observed()}
         if sides & {"other", "missing"}:
             raw[hunk.id] = "other" if "other" in sides else "missing"
@@ -196,8 +226,22 @@ def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
                 if not unexplained_base:
                     like = "head" if own else "masked"
                     masking = " (its other fields are explained by a path like the base)"
+        if like == "n/a":
+            masking = f" (not applicable on {hunk.backend}: {skipped[hunk.backend or '']})"
         where = f"{hunk.file}: {hunk.function}{masking}"
-        out.append(PathCheck(hunk.id, where, like, [f for _, f in fields]))
+        out.append(PathCheck(hunk.id, where, like, [f for _, f in fields], hunk.backend))
+    return out
+
+
+def _backend_verdicts(paths: list[PathCheck], skipped: dict[str, str]) -> dict[str, str]:
+    """Each back end's own verdict, from its paths alone."""
+    out: dict[str, str] = {}
+    for backend in dict.fromkeys(p.backend for p in paths if p.backend):
+        if backend in skipped:
+            out[backend] = f"not-applicable: {skipped[backend]}"
+            continue
+        likes = {p.like for p in paths if p.backend == backend}
+        out[backend] = "present" if likes == {"head"} else "absent" if likes <= {"base", "masked"} else "partial"
     return out
 
 
@@ -215,9 +259,11 @@ def forced_notes(observations: dict[str, Observation]) -> list[str]:
             elif default == value:
                 note = f"{what} is {'on' if value is True else repr(value)} by default in this build ({attribute})"
             else:
-                state = "off" if default is False else f"{default!r}"
+                state = "off" if default is False else "on" if default is True else f"{default!r}"
                 unless = f": the fix is inactive unless {env[0]}=1" if env and value is True else ""
-                note = f"{what} is {state} by default in this build ({entry.get('from', attribute)}){unless}"
+                # a value a scenario forces away from the build's (a control's switch off, a short timeout)
+                instead = "" if value is True else f"; a scenario forces {'off' if value is False else repr(value)}"
+                note = f"{what} is {state} by default in this build ({entry.get('from', attribute)}){unless}{instead}"
             if note not in notes:
                 notes.append(note)
     return notes
@@ -233,11 +279,27 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
     forced = forced_notes(observations)
 
     def verdict(v: str, reason: str, probes: list[ProbeComparison], paths: list[PathCheck]) -> BackportVerdict:
-        return BackportVerdict(fix.pr, fix.id, fix.part, fix.title, v, reason, probes, paths=paths, forced=forced)
+        skipped = {b: r for p in probes for b, r in p.not_applicable.items()}
+        if skipped and v not in ("error",):
+            reason += "; not applicable on " + "; ".join(f"{b} ({r})" for b, r in skipped.items())
+        return BackportVerdict(
+            fix.pr,
+            fix.id,
+            fix.part,
+            fix.title,
+            v,
+            reason,
+            probes,
+            paths=paths,
+            forced=forced,
+            backends=_backend_verdicts(paths, skipped),
+        )
 
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix", [], [])
     probes = [compare_probe(spec, observations.get(spec.name)) for spec in fix.probes]
+    if all(p.like == "n/a" for p in probes):
+        return verdict("not-applicable", "; ".join(f"{p.probe}: {p.reason}" for p in probes), probes, [])
     untrusted = [p for p in probes if p.like in ("error", "control-drift", "other")]
     if untrusted:
         return verdict("error", "; ".join(f"{p.probe}: {p.reason}" for p in untrusted), probes, [])
@@ -261,11 +323,14 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
 
 
 def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> BackportVerdict:
-    paths = _path_checks(fix, probes)
+    every = _path_checks(fix, probes)
+    paths = [p for p in every if p.like != "n/a"]
+    if not paths:
+        return verdict("not-applicable", "no path of the fix applies on this source", probes, every)
     unknown = [p for p in paths if p.like in ("other", "missing")]
     if unknown:
         return verdict(
-            "error", "path(s) with no usable observation: " + ", ".join(p.hunk for p in unknown), probes, paths
+            "error", "path(s) with no usable observation: " + ", ".join(p.hunk for p in unknown), probes, every
         )
     head = [p for p in paths if p.like == "head"]
     base = [p for p in paths if p.like == "base"]
@@ -273,21 +338,17 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> Backp
     if len(head) == len(paths):
         return verdict(
             "present",
-            f"every path the fix changes behaves like its head ({len(paths)}: "
-            + ", ".join(p.hunk for p in paths)
-            + "); controls hold",
+            f"every path the fix changes behaves like its head ({_listing(paths)}); controls hold",
             probes,
-            paths,
+            every,
         )
     masked = [p for p in paths if p.like == "masked"]
     if len(base) + len(masked) == len(paths):
         return verdict(
             "absent",
-            f"every path the fix changes behaves like its base, the bug ({len(paths)}: "
-            + ", ".join(p.hunk for p in paths)
-            + ")",
+            f"every path the fix changes behaves like its base, the bug ({_listing(paths)})",
             probes,
-            paths,
+            every,
         )
     parts = []
     if head:
@@ -298,4 +359,22 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> Backp
         parts.append("mixed within the path: " + ", ".join(p.describe() for p in mixed))
     if masked:
         parts.append("not observable apart from a base-like path: " + ", ".join(p.hunk for p in masked))
-    return verdict("partial", "; ".join(parts), probes, paths)
+    return verdict("partial", _by_backend(every) + "; ".join(parts), probes, every)
+
+
+def _listing(paths: list[PathCheck]) -> str:
+    """``4: a, b, c, d``; per-back-end paths once each: ``8: a, b, c, d on mooncake, nixl``."""
+    backends = list(dict.fromkeys(p.backend for p in paths if p.backend))
+    if not backends:
+        return f"{len(paths)}: " + ", ".join(p.hunk for p in paths)
+    names = list(dict.fromkeys(p.hunk.split("@", 1)[0] for p in paths))
+    return f"{len(paths)}: " + ", ".join(names) + " on " + ", ".join(backends)
+
+
+def _by_backend(paths: list[PathCheck]) -> str:
+    """``like head on mooncake; like base on nixl: ``, where the paths differ by back end."""
+    verdicts = _backend_verdicts([p for p in paths if p.like != "n/a"], {})
+    if len(set(verdicts.values())) < 2:
+        return ""
+    words = {"present": "like head", "absent": "like base", "partial": "split"}
+    return "; ".join(f"{words[v]} on {b}" for b, v in verdicts.items() if v in words) + ": "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side, same
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import SIDES, Observation
@@ -45,6 +46,8 @@ class ProbeDiff:
     fields: list[FieldResult]
     base: Observation | None
     head: Observation | None
+    backends: list[str] = field(default_factory=list)
+    """Transport back ends judged on both sides; a back end that does not apply on a side is named in ``reason``."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # the observations too, as Observation.to_dict writes them
@@ -103,7 +106,28 @@ def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None)
 
 
 def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
-    """Verdict for one probe. ``head`` may be unavailable (status ``unavailable``)."""
+    """Verdict for one probe. ``head`` may be unavailable (status ``unavailable``).
+
+    A transport back end that does not apply on either side (the source lacks it, or its
+    machinery) is left out of the comparison and named in the reason.
+    """
+    base, head = as_declared(spec, base), as_declared(spec, head)
+    skipped = {f"{b} on base": r for b, r in gaps(base, spec).items()}
+    skipped |= {f"{b} on head": r for b, r in gaps(head, spec).items()}
+    if skipped:
+        spec = applicable(spec, {key.split(" ", 1)[0] for key in skipped})
+        diff = _judge_probe(spec, base, head)
+        if not spec.expect:
+            diff.verdict = "error"
+            diff.reason = "no back end applies"
+        diff.reason += "; not applicable: " + "; ".join(f"{k} ({r})" for k, r in skipped.items())
+    else:
+        diff = _judge_probe(spec, base, head)
+    diff.backends = list(spec.backends)
+    return diff
+
+
+def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> ProbeDiff:
     bm = classify(base, spec)
     head_unavailable = head is not None and head.status == "unavailable"
     hm = Match.ERROR if head_unavailable else classify(head, spec)
@@ -163,7 +187,13 @@ def judge_fix(
         return verdict("error", "no observation of this fix on either side (base and head missing)", diffs)
     worst = min(diffs, key=lambda d: _PRECEDENCE.index(d.verdict))
     if worst.verdict == "confirmed":
-        return verdict("confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal", diffs)
+        judged = list(dict.fromkeys(b for d in diffs for b in d.backends))
+        on = f" on {', '.join(judged)}" if judged else ""
+        skipped = [d.reason.split("; not applicable: ", 1)[1] for d in diffs if "; not applicable: " in d.reason]
+        off = f"; not applicable: {'; '.join(skipped)}" if skipped else ""
+        return verdict(
+            "confirmed", f"{len(diffs)} probe(s): base shows the bug, head the fix, controls equal{on}{off}", diffs
+        )
     others = [d for d in diffs if d.verdict == worst.verdict]
     reason = "; ".join(f"{d.probe}: {d.reason}" for d in others)
     return verdict(worst.verdict, reason, diffs)

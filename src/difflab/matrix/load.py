@@ -24,6 +24,7 @@ from difflab.matrix.model import (
     SidePin,
     UpstreamTestFile,
 )
+from difflab.probe.kit import BACKEND_NOT_APPLICABLE, backend_field
 
 SCHEMA = 2
 SCHEMAS = (1, 2)  # 1: before hunks and measurement channels; still read, so old bundles reproduce
@@ -46,6 +47,7 @@ _FIX_KEYS = {
     "throughput",
 }
 _HUNK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+_BACKEND = re.compile(r"[a-z][a-z0-9]*")
 
 
 class _Where:
@@ -110,10 +112,11 @@ def _probe(w: _Where, where: str, raw: Any, *, channels_required: bool = True) -
     """One probe's expectations. CPU probes need a control per measurement channel; live GPU
     scenarios (``[gpu.*]``) measure a deployment, where each scenario states its own control."""
     table = _table(w, where, raw)
-    unknown = set(table) - {"name", "expect", "controls", "channels"}
+    unknown = set(table) - {"name", "expect", "controls", "channels", "backends"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     name = _probe_module(w, f"{where}.name", table.get("name"))
+    backends = _backends(w, f"{where}.backends", table.get("backends", []))
     expect_raw = _table(w, f"{where}.expect", table.get("expect", {}))
     if not expect_raw:
         raise w.fail(f"{where}.expect", "a probe must declare at least one field the fix changes")
@@ -133,7 +136,24 @@ def _probe(w: _Where, where: str, raw: Any, *, channels_required: bool = True) -
         if channels_required and w.schema >= 2
         else {}
     )
-    return ProbeSpec(name=name, expect=expect, controls=controls, channels=channels)
+    if backends:
+        # Each declared field is observed once per back end, as ``<backend>:<field>``.
+        reserved = [f for f in [*expect, *controls] if f == BACKEND_NOT_APPLICABLE]
+        if reserved:
+            raise w.fail(where, f"{BACKEND_NOT_APPLICABLE!r} is the field a back end without the fix reports")
+        expect = {backend_field(b, f): pair for b in backends for f, pair in expect.items()}
+        controls = {backend_field(b, f): v for b in backends for f, v in controls.items()}
+        channels = {backend_field(b, f): backend_field(b, c) for b in backends for f, c in channels.items()}
+    return ProbeSpec(name=name, expect=expect, controls=controls, channels=channels, backends=backends)
+
+
+def _backends(w: _Where, where: str, value: Any) -> tuple[str, ...]:
+    """``backends = ["mooncake", "nixl", "mori"]``: the transport back ends a probe's scenarios run on."""
+    if not isinstance(value, list) or not all(isinstance(b, str) and _BACKEND.fullmatch(b) for b in value):
+        raise w.fail(where, 'expected a list of back-end names (lowercase, like "mooncake")')
+    if len(set(value)) != len(value):
+        raise w.fail(where, "a back end is listed twice")
+    return tuple(value)
 
 
 def channel(field: str) -> str:
@@ -172,9 +192,10 @@ def _channels(
     return explicit
 
 
-def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> Hunk:
+def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> list[Hunk]:
+    """One declared path; a path its probes observe per back end becomes one path per back end (``id@backend``)."""
     table = _table(w, where, raw)
-    unknown = set(table) - {"id", "file", "function", "change", "fields"}
+    unknown = set(table) - {"id", "file", "function", "change", "fields", "backends"}
     if unknown:
         raise w.fail(where, f"unknown field(s) {sorted(unknown)}")
     hunk_id = _str(w, f"{where}.id", table.get("id"))
@@ -194,11 +215,34 @@ def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> Hunk
             raise w.fail(f"{where}.fields.{probe}", "not one of this fix's probes")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise w.fail(f"{where}.fields.{probe}", "expected a non-empty list of expect field names")
+        first = probes[probe].backends[:1]
         for name in names:
-            if name not in probes[probe].expect:
+            if (backend_field(first[0], name) if first else name) not in probes[probe].expect:
                 raise w.fail(f"{where}.fields.{probe}", f"{name!r} is not an expect field of {probe}")
         fields[probe] = tuple(names)
-    return Hunk(id=hunk_id, file=file, function=function, change=change, fields=fields)
+    per_backend = {probes[p].backends for p in fields}
+    if len(per_backend) != 1:
+        raise w.fail(f"{where}.fields", "the probes observing one path must run on the same back ends")
+    backends = next(iter(per_backend))
+    if "backends" in table:
+        chosen = _backends(w, f"{where}.backends", table["backends"])
+        stray = [b for b in chosen if b not in backends]
+        if not backends or stray:
+            raise w.fail(f"{where}.backends", f"{stray or chosen} not among its probes' back ends {list(backends)}")
+        backends = chosen
+    if not backends:
+        return [Hunk(id=hunk_id, file=file, function=function, change=change, fields=fields)]
+    return [
+        Hunk(
+            id=f"{hunk_id}@{b}",
+            file=file,
+            function=function,
+            change=change,
+            fields={p: tuple(backend_field(b, n) for n in names) for p, names in fields.items()},
+            backend=b,
+        )
+        for b in backends
+    ]
 
 
 def _inside_sglang(file: str) -> bool:
@@ -224,9 +268,14 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dic
     reverted = table.get("hunks", [])
     if not isinstance(reverted, list) or not all(isinstance(h, str) for h in reverted):
         raise w.fail(f"{where}.hunks", "expected a list of hunk ids")
+    expanded: list[str] = []
     for h in reverted:
-        if h not in hunks:
+        # a declared id names every back end's copy of the path; ``id@backend`` names one
+        ids = [h] if h in hunks else [k for k in hunks if k.split("@", 1)[0] == h and "@" in k]
+        if not ids:
             raise w.fail(f"{where}.hunks", f"{h!r} is not one of this fix's hunks")
+        expanded += [i for i in ids if i not in expanded]
+    reverted = expanded
     if hunks and not reverted:
         raise w.fail(f"{where}.hunks", "name the hunk(s) this mutation reverts")
     hunk_probes = list(dict.fromkeys(p for h in reverted for p in hunks[h].fields))
@@ -307,7 +356,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
     if not isinstance(hunks_raw, list):
         raise w.fail(f"{where}.hunks", "expected an array of tables ([[fixes.hunks]])")
     by_name = {p.name: p for p in probes}
-    hunk_list = [_hunk(w, f"{where}.hunks[{i}]", h, by_name) for i, h in enumerate(hunks_raw)]
+    hunk_list = [path for i, h in enumerate(hunks_raw) for path in _hunk(w, f"{where}.hunks[{i}]", h, by_name)]
     hunks = {h.id: h for h in hunk_list}
     if len(hunks) != len(hunk_list):
         raise w.fail(f"{where}.hunks", "a hunk id is listed twice")

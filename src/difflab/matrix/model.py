@@ -56,6 +56,9 @@ class ProbeSpec:
     controls: dict[str, Any]
     channels: dict[str, str] = field(default_factory=dict)
     """Expect field -> the control that shares its measurement channel, where the names differ."""
+    backends: tuple[str, ...] = ()
+    """Transport back ends the scenarios run on; empty = back-end independent. Field names are then
+    ``<backend>:<field>`` for each (the matrix declares each field once)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class Hunk:
     function: str
     change: str
     fields: dict[str, tuple[str, ...]]
+    backend: str | None = None
+    """The transport back end this path runs on (its id then ends ``@<backend>``); None = back-end independent."""
 
     def observed(self) -> list[tuple[str, str]]:
         return [(probe, f) for probe, names in self.fields.items() for f in names]
@@ -86,6 +91,7 @@ class Mutation:
     replace: str
     targets: tuple[str, ...]
     hunks: tuple[str, ...] = ()
+    """Path ids this mutation reverts (a declared hunk id stands for its per-back-end paths)."""
 
 
 @dataclass(frozen=True)

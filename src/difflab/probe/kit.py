@@ -50,6 +50,21 @@ class NotApplicable(Exception):  # noqa: N818 - reads as a result, not a failure
     """The code path this probe drives does not exist in this source (a ``n/a`` cell, not a bug)."""
 
 
+BACKEND_SEPARATOR = ":"
+"""A per-back-end field is ``<backend>:<field>`` (``nixl:failed.held``); the matrix declares ``<field>`` once."""
+
+DEFAULT_BACKEND = "mooncake"
+"""The transport a server uses unless told otherwise (``ServerArgs.disaggregation_transfer_backend``)."""
+
+BACKEND_NOT_APPLICABLE = "not-applicable"
+"""The field ``<backend>:not-applicable`` says why the build has no such back end, or none with the fix's machinery."""
+
+
+def backend_field(backend: str, name: str) -> str:
+    """The observation field ``name`` as seen on transport back end ``backend``."""
+    return f"{backend}{BACKEND_SEPARATOR}{name}"
+
+
 @dataclass
 class Call:
     """One recorded call: positional and keyword arguments as given."""
@@ -217,6 +232,14 @@ class Kit:
     def not_applicable(self, reason: str) -> None:
         """Stop: this source lacks the code path the probe is about (reported as ``n/a``)."""
         raise NotApplicable(reason)
+
+    def on_backend(self, backend: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` observed on transport back end ``backend``, named as the lab reads them."""
+        return {backend_field(backend, k): v for k, v in fields.items()}
+
+    def backend_not_applicable(self, backend: str, reason: str) -> dict[str, Any]:
+        """This build has no ``backend``, or none with the fix's machinery: the one field saying why."""
+        return {backend_field(backend, BACKEND_NOT_APPLICABLE): reason}
 
     # -- fakes and recorders -------------------------------------------------
     def fake(self, name: str, **attrs: Any) -> StrictFake:

@@ -64,6 +64,8 @@ def render_markdown(t: ContainmentTable) -> str:
             text = c.verdict + (" ⚠ regression" if c.regression else "")
             if not c.agrees:
                 text += f" (expected {c.expected})"
+            if c.backends:
+                text += f" ({c.backend_note()})"
             row.append(text)
         rows.append(row)
     lines += markdown_table(["fix", *(column_title(r) for r in t.releases)], rows)

@@ -41,6 +41,7 @@ def _cell_view(c: Cell, label: str) -> dict[str, Any]:
         "reason": c.reason,
         "notes": c.notes,
         "links": links,
+        "backend_note": c.backend_note(),
     }
 
 

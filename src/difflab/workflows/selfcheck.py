@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
@@ -52,6 +53,8 @@ class MutationResult:
     probes: dict[str, str] = field(default_factory=dict)  # probe -> classification under the mutation
     observations: list[dict[str, Any]] = field(default_factory=list)
     hunks: list[str] = field(default_factory=list)  # the fix's paths this mutation reverts
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """Back end -> why it does not apply on the head: its paths are neither reverted nor counted."""
 
     @property
     def passed(self) -> bool:
@@ -112,7 +115,15 @@ def mutated_copy(source: MaterialisedSource, mutation: Mutation, cache: Path | N
 
 
 def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str, Observation]) -> MutationResult:
-    """Causal only if every targeted probe shows the base values and every control holds."""
+    """Causal only if every targeted probe shows the base values and every control holds.
+
+    Judged on the back ends that apply on the head: a path on a back end the head lacks
+    (or one without the fix's machinery) is neither targeted nor required to hold.
+    """
+    declared = {spec.name: as_declared(spec, obs.get(spec.name)) for spec in fix.probes}
+    obs = {name: o for name, o in declared.items() if o is not None}
+    skipped = {b: r for spec in fix.probes for b, r in gaps(obs.get(spec.name), spec).items()}
+    reverted = [h for h in mutation.hunks if fix.hunk(h).backend not in skipped]
 
     def result(outcome: str, reason: str, probes: dict[str, str]) -> MutationResult:
         return MutationResult(
@@ -124,26 +135,29 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
             reason=reason,
             probes=probes,
             observations=[o.to_dict() for o in obs.values()],
-            hunks=list(mutation.hunks),
+            hunks=reverted,
+            not_applicable=skipped,
         )
 
-    classes = {spec.name: classify(obs.get(spec.name), spec).value for spec in fix.probes}
+    if mutation.hunks and not reverted:
+        return result("error", "every path this mutation reverts is on a back end that does not apply here", {})
+    specs = {s.name: applicable(s, skipped) for s in fix.probes}
+    classes = {name: classify(obs.get(name), spec).value for name, spec in specs.items()}
     errors = [n for n, c in classes.items() if c == Match.ERROR.value]
     if errors:
         why = "; ".join(
             f"{n}: {(obs[n].error or 'no observation').strip().splitlines()[-1]}" for n in errors if n in obs
         )
         return result("error", f"no trustworthy observation under the mutation: {why or errors}", classes)
-    drift = [f"{spec.name}:{c}" for spec in fix.probes for c in controls_hold(obs.get(spec.name), spec)]
+    drift = [f"{spec.name}:{c}" for spec in specs.values() for c in controls_hold(obs.get(spec.name), spec)]
     if drift:
         return result(
             "error",
             "the mutation changed control field(s), so it reverts more than the fix: " + ", ".join(drift),
             classes,
         )
-    specs = {s.name: s for s in fix.probes}
     if mutation.hunks:
-        targeted = [pf for h in mutation.hunks for pf in fix.hunk(h).observed()]
+        targeted = [pf for h in reverted for pf in fix.hunk(h).observed()]
     else:
         targeted = [(name, f) for name in mutation.targets for f in specs[name].expect]
     unflipped = [
@@ -155,7 +169,7 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
         )
     if mutation.hunks:
         # every other path of the fix must keep its head behaviour: the mutation reverts its hunk, not the fix
-        others = [h for h in fix.hunks if h.id not in mutation.hunks]
+        others = [h for h in fix.hunks if h.id not in mutation.hunks and h.backend not in skipped]
         moved = [
             f"{h.id} ({name}:{f})"
             for h in others
@@ -166,7 +180,7 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
             return result(
                 "entangled",
                 "reverting "
-                + ", ".join(mutation.hunks)
+                + ", ".join(reverted)
                 + " also moved other path(s): "
                 + ", ".join(moved)
                 + " -- the matrix's hunk fields or the mutation are too broad",
@@ -174,7 +188,7 @@ def judge_mutation(fix: Fix, mutation: Mutation, head_label: str, obs: dict[str,
             )
         return result(
             "causal",
-            f"reverting {', '.join(mutation.hunks)} brings back its base behaviour; the fix's other paths and "
+            f"reverting {', '.join(reverted)} brings back its base behaviour; the fix's other paths and "
             "every control hold",
             classes,
         )
@@ -268,7 +282,11 @@ def hunk_coverage(fixes: list[Fix], heads: dict[str, Any], results: list[Mutatio
             out.append(HunkCoverage(fix.id, ["(no hunks declared)"], [], "declare the fix's paths as [[fixes.hunks]]"))
             continue
         causal = {h for r in results if r.fix == fix.id and r.passed for h in r.hunks}
-        out.append(HunkCoverage(fix.id, [h.id for h in fix.hunks], [h.id for h in fix.hunks if h.id in causal]))
+        # a path on a back end the head lacks (or one without the fix's machinery) exists nowhere to revert
+        absent = {b: why for r in results if r.fix == fix.id for b, why in r.not_applicable.items()}
+        hunks = [h.id for h in fix.hunks if h.backend not in absent]
+        note = "; ".join(f"not applicable on {b} in the head: {why}" for b, why in absent.items())
+        out.append(HunkCoverage(fix.id, hunks, [h for h in hunks if h in causal], note))
     return out
 
 
