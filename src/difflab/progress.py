@@ -78,7 +78,7 @@ class Reporter:
 
             def done(obs: Observation) -> None:
                 with self._lock:
-                    mark = ("ok", "green") if obs.status == "ok" else (data(obs.status), "red")
+                    mark = Text("ok", style="green") if obs.status == "ok" else Text(printable(obs.status), style="red")
                     cached = " (cached)" if obs.cached else ""
                     bar.console.print(
                         Text.assemble(
