@@ -272,6 +272,7 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
             protected_size=kit.recorder("tree_cache.protected_size", returns=0),
             flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
             supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
+            supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False),  # a dense model
         )
         seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
