@@ -1663,6 +1663,7 @@ CLASSES.update(
         "startup-revert": "run_scheduler_process, next to load_plugins(), rebinds what the fix's doors call",
         "plugin-patch": "a hook installed while the build loads its plugins reverts one door",
         "harmless-metrics": "a counter gated the way SGLang gates its own (metrics_reporter.enable_metrics)",
+        "class-order-override": "a mixin earlier in Scheduler's bases overrides a fixed method with the old behaviour",
     }
 )
 
@@ -1678,7 +1679,39 @@ _ACME_QUEUE = '''class AcmePrefillBootstrapQueue(PrefillBootstrapQueue):
 
 class SchedulerDisaggregationPrefillMixin'''
 
+_ACME_RESULT_MIXIN = '''class AcmePrefillResultMixin:
+    """ACME: an aborted request's final prefill result is handed to decode like any other; decode reports it."""
+
+    def process_batch_result_disagg_prefill(self, batch, result):
+        final = [req for req in batch.reqs if req.inflight_middle_chunks <= 0]
+        hidden = [(req, req.to_finish) for req in final if req.to_finish is not None]
+        for req, _ in hidden:
+            req.to_finish = None
+        try:
+            return super().process_batch_result_disagg_prefill(batch, result)
+        finally:
+            for req, verdict in hidden:
+                if req.to_finish is None and not req.finished():
+                    req.to_finish = verdict
+
+
+class Scheduler(
+    AcmePrefillResultMixin,
+    SchedulerDisaggregationDecodeMixin,
+'''
+
 WIRED_CORPUS: tuple[ForkSpec, ...] = (
+    ForkSpec(
+        name="36988-mixin-hides-aborts",
+        cls="class-order-override",
+        base_release="0.5.20",
+        edits=(Edit(SCHEDULER, "class Scheduler(\n    SchedulerDisaggregationDecodeMixin,\n", _ACME_RESULT_MIXIN),),
+        expect={"36988": "partial"},
+        why="class-order-override: a mixin first in Scheduler's bases wraps the result step and hides a running "
+        "request's abort from it on a final result, so an aborted final result is cached, queued and sent as on "
+        "0.5.19; middle chunks and an abort the step itself finds (the grammar rejecting the sampled token) are "
+        "retired as on 0.5.20",
+    ),
     ForkSpec(
         name="38935-prefill-queue-subclass",
         cls="queue-subclass",
