@@ -218,8 +218,9 @@ class _StandIns:
         scheduler.max_prefill_tokens = get_schedule().max_prefill_tokens
         scheduler.max_running_requests = MAX_RUNNING_REQUESTS
         scheduler.max_queued_requests = get_schedule().max_queued_requests
-        scheduler.max_req_len = 4095
-        scheduler.max_req_input_len = 4090
+        # As the worker's get_worker_info derives them from the context length and KV capacity.
+        scheduler.max_req_len = min(scheduler.model_config.context_len - 1, MAX_TOTAL_TOKENS - 1)
+        scheduler.max_req_input_len = scheduler.max_req_len - 5
         scheduler.random_seed = 0
         scheduler.device = "cpu"
         scheduler.forward_stream = None
@@ -272,6 +273,7 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
             protected_size=kit.recorder("tree_cache.protected_size", returns=0),
             flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
             supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
+            supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False),  # a dense model
         )
         seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
