@@ -1,0 +1,70 @@
+"""The leak itself on every pinned release: a prefill/decode pair of the real code, pages checked at read time.
+
+0.5.19 (before #36988): the request prefill rejected at intake still completes the
+handoff with its one-token placeholder, and decode reads the pages the earlier
+request wrote (HTTP 200). From 0.5.20 the prefill result step retires it and decode
+never reads those pages; from 0.5.21 the prefill door does not admit it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from difflab.environment.shared import SharedEnvironment
+from difflab.observation import Observation
+from difflab.paths import probes_dir
+from difflab.progress import Reporter
+from difflab.runner import ProbeJob
+from difflab.source.release import ReleaseSource
+from difflab.workflows.run import RunRequest, make_runner
+
+pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
+
+RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+PROBE = "pr36988_pd_incident"
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory, matrix) -> dict[str, Observation]:
+    work = tmp_path_factory.mktemp("pair")
+    backend = ReleaseSource(matrix.releases)
+    jobs = [
+        ProbeJob(
+            fix_id="36988",
+            probe=PROBE,
+            side=release,
+            source=backend.release(release),
+            probe_file=probes_dir() / f"{PROBE}.py",
+            log_path=work / release / f"{PROBE}.log",
+            timeout_s=120,
+        )
+        for release in RELEASES
+    ]
+    env = SharedEnvironment().ensure()
+    runs = Reporter().track(make_runner(RunRequest(), env), jobs)
+    by = {o.side: o for o in runs}
+    broken = {k: o.error for k, o in by.items() if not o.ok}
+    assert not broken, broken
+    return by
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_decode_reads_a_strangers_pages_only_before_the_fix(observed, release) -> None:
+    obs = observed[release]
+    assert obs.sglang_version == release
+    f = obs.fields
+    leaked = release == "0.5.19"
+    assert f["incident.leaked"] is leaked
+    assert f["incident.canary"] is leaked
+    assert f["incident.foreign_pages"] == (5 if leaked else 0)
+    assert f["incident.reserved_pages"] == 7  # decode reserves the full prompt on every release
+    assert f["incident.client_status"] == (200 if leaked else 400)
+    # the control: the first request reads only the pages it wrote
+    assert (f["long.leaked"], f["long.pages"], f["long.decode_status"]) == (False, 6, 200)
+
+
+def test_the_leak_names_its_victim_owner_and_pages(observed) -> None:
+    events = {e["event"]: e for e in observed["0.5.19"].events}
+    leaks = events["leaks"]["found"]
+    assert leaks == [{"victim": "overlong", "owner": "long", "pages": [2, 3, 4, 5, 6], "canary": True}]
+    assert any("prefill pages" in d and "-> decode pages [1]" in d for d in events["loopback"]["decisions"])
