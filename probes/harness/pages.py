@@ -131,6 +131,7 @@ class Loopback:
     hold: bool = False
     decisions: list[str] = field(default_factory=list)
     on_last: Callable[[int], None] | None = None
+    on_settled: Callable[[int], None] | None = None
 
     def publish(self, room: int, dst_pages: Sequence[int]) -> None:
         """Decode's receiver published where the room's pages go (``send_metadata``)."""
@@ -169,10 +170,15 @@ class Loopback:
             self.decisions.append(f"room {write.room}: held write of decode pages {list(write.dst_pages)} landed late")
         if write.last and self.on_last is not None:
             self.on_last(write.room)
+        if self.on_settled is not None:
+            self.on_settled(write.room)
 
     def fail(self, write: Write) -> None:
+        """The write never reaches decode memory (the transfer engine gave up on it)."""
         write.failed = True
         self.decisions.append(f"room {write.room}: write of decode pages {list(write.dst_pages)} failed")
+        if self.on_settled is not None:
+            self.on_settled(write.room)
 
 
 def markers_in(values: Iterable[float]) -> set[int]:

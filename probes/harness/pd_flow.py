@@ -85,6 +85,49 @@ class Flow:
             self.running.append(req.rid)
         return [r.rid for r in done]
 
+    def decode_tick(self) -> list[str]:
+        """One pass of the decode event loop's queue step: the build's own ``process_decode_queue``.
+
+        Acks the prefill rank sent since the last pass arrive first (the wire is asynchronous).
+        Requests whose KV arrived go to the scheduler's waiting queue; here they start decoding.
+        """
+        self.pair.deliver_acks()
+        scheduler = self.decode.scheduler
+        scheduler.process_decode_queue()
+        arrived = [req.rid for req in scheduler.waiting_queue]
+        scheduler.waiting_queue.clear()
+        self.running.extend(arrived)
+        self.note_holders()
+        return arrived
+
+    def tick(self) -> None:
+        """One pass of each event loop, in the order the lab fixes for every pass.
+
+        Decode's queue step (``process_decode_queue``); prefill's bootstrap poll; every
+        request prefill has bootstrapped runs one prefill batch (fake forward, real result
+        step); prefill's in-flight poll. Writes land as the wire decides.
+        """
+        self.decode_tick()
+        self.bootstrap()
+        for req in list(self.prefill.scheduler.waiting_queue):
+            if self.pair.prefill_fits(req):
+                self.prefill_run(req.rid)
+        self.prefill_poll()
+
+    def note_holders(self) -> None:
+        """A page whose holder changed since the last look is a new allocation (a new generation)."""
+        ledger = self.pair.ledger
+        for rid, req in self.d_reqs.items():
+            if req.kv.req_pool_idx is None or not req.kv.holds_kv:
+                continue
+            for page in self.pair.decode.pages_of(req):
+                if ledger.holder.get(page) != rid:
+                    ledger.allocated([page], rid)
+
+    def attend_all(self) -> list[Read]:
+        """Every running request attends once (a decode step of the batch); each read is checked."""
+        return [self.decode_step(rid) for rid in list(self.running)]
+
     def decode_step(self, rid: str) -> Read:
         read = self.pair.attend(self.d_reqs[rid])
         self.check(read)
@@ -102,6 +145,32 @@ class Flow:
         decode.release_kv_cache(req, self.pair.decode.cache, **{flag: True})
         self.running.remove(rid)
 
+    def prefill_poll(self) -> None:
+        """Prefill's in-flight poll: the build's ``process_disagg_prefill_inflight_queue`` releases what is done."""
+        self.prefill.scheduler.process_disagg_prefill_inflight_queue()
+
+    def abortable(self) -> list[str]:
+        """Decode requests a client abort can reach in the PD queues (not yet decoding, not finished)."""
+        queued = [d.req.rid for d in self.decode.prealloc.queue] + [d.req.rid for d in self.decode.transfer.queue]
+        return [rid for rid in queued if self.d_reqs[rid].finished_reason is None]
+
+    def client_abort(self, rid: str) -> None:
+        """The client aborts: the real ``Scheduler.abort_request`` on the decode scheduler with a real ``AbortReq``."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        self.decode.scheduler.abort_request(AbortReq(rid=rid))
+
+    def time_passes(self, land: bool) -> None:
+        """Held writes settle (land, or fail), then the clock passes every timeout of the build."""
+        wire = self.pair.wire
+        for write in wire.pending():
+            if land:
+                wire.land(write, late=True)
+            else:
+                wire.fail(write)
+        wire.hold = False
+        self.wait_out(max(self.pair.waiting_timeout_s, self.pair.release_timeout_s) + 1)
+
     def wait_out(self, seconds: float) -> None:
         """Time passes with nothing landing (the lab's virtual clock)."""
         self.pair.clock += seconds
@@ -114,8 +183,10 @@ class Flow:
         canary_owners = {self.pair.owner(n) for n in read.canaries}
         for owner, pages in by_owner.items():
             self.leaks.append(Leak(read.rid, owner, [f.page for f in pages], owner in canary_owners))
-        for owner in canary_owners - set(by_owner):
-            self.leaks.append(Leak(read.rid, owner, [], True))
+        for n, pages in read.canary_pages.items():
+            owner = self.pair.owner(n)
+            if owner not in by_owner:  # the page is stamped with the victim's own write, its content is not
+                self.leaks.append(Leak(read.rid, owner, pages, True))
 
     def status(self, side: str, rid: str) -> list[int | None]:
         sent = (self.prefill if side == "prefill" else self.decode).sent

@@ -34,13 +34,13 @@ Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ran
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import Kit, MissingFakeAttribute
-from harness.pages import Foreign, Ledger, Loopback, PagedBuffers, marker, markers_in
+from harness.pages import Foreign, Ledger, Loopback, PagedBuffers, marker, owner_of
 from harness.requests import set_scheduled_extent
 from harness.runtime import ensure_runtime, swapped
 from harness.strict import real_object
@@ -53,7 +53,7 @@ METADATA_SLOTS = 4
 BOOTSTRAP_HOST = "192.0.2.10"
 BOOTSTRAP_PORT = 8998
 
-_rooms = itertools.count(8192)
+FIRST_ROOM = 8192
 
 
 class _Strict:
@@ -75,6 +75,7 @@ class LoopbackSender(_Strict):
         self.aux_index: int | None = None
         self.state: str = "WaitingForInput"
         self.aborted = False
+        self.kv_mgr = None  # the in-flight poll asks for a dummy CP rank's manager: there is none
         self.supports_host_tensor_indices = False  # 0.5.23 asks; page indices come as numpy, as other senders take them
         pair.senders[self.room] = self
 
@@ -92,14 +93,23 @@ class LoopbackSender(_Strict):
         return None
 
     def send(self, kv_indices: Any, state_indices: Any = None, num_kv_tokens: Any = None) -> None:
-        assert self.num_pages is not None, "send before init"
+        if self.num_pages is None:
+            raise MissingFakeAttribute(f"room {self.room}: the build sent KV before the sender's init")
         rid = self.pair.room_rid[self.room]
+        if self.room in self.pair.aborted_rooms:
+            # Decode's ABORT reached this rank first: the chunk is dropped, the room concluded Failed.
+            self.pair.decisions.append(f"room {self.room}: chunk dropped, decode aborted the room")
+            self.state = "Failed"
+            return
         self.pair.wire.post(self.room, rid, [int(p) for p in kv_indices], self.num_pages)
         self.state = "Transferring"
 
     def poll(self) -> Any:
+        """Bootstrapping until decode published where the room's pages go (its ``send_metadata``)."""
         from sglang.srt.disaggregation.base.conn import KVPoll
 
+        if self.state == "WaitingForInput" and self.room not in self.pair.wire.destinations:
+            return KVPoll.Bootstrapping
         return getattr(KVPoll, self.state)
 
     def abort(self) -> None:
@@ -162,13 +172,15 @@ class LoopbackReceiver(_Strict):
         pass
 
     def abort(self) -> None:
-        """Decode aborts the room (a client abort): Failed, and with deferred release the prefill rank is told."""
+        """Decode aborts the room (a client abort): Failed, and the prefill rank is told (as Mooncake's receiver)."""
         self.state = "Failed"
-        if self.kv_mgr.enable_deferred_decode_kv_release:
-            self.ensure_abort_notified()
+        self.conclude_state = self.poll()
+        self.ensure_abort_notified()
 
     def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
         """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained."""
+        if force_arm:
+            self.kv_mgr.register_deferred_abort_room(self.room)
         if self.abort_notified:
             return
         self.abort_notified = True
@@ -187,10 +199,17 @@ class LoopbackManager(_Strict):
 
     def __init__(self, enable_deferred: bool) -> None:
         self.enable_deferred_decode_kv_release = enable_deferred
-        self.acks: dict[int, int] = {}
+        self.acks: dict[int, int | None] = {}  # None: not armed, acks are dropped (as the real tracker)
+
+    def register_deferred_abort_room(self, bootstrap_room: int) -> None:
+        self.acks[bootstrap_room] = 0
+
+    def note_abort_ack(self, bootstrap_room: int) -> None:
+        if self.acks.get(bootstrap_room) is not None:
+            self.acks[bootstrap_room] = (self.acks[bootstrap_room] or 0) + 1
 
     def is_abort_release_safe(self, bootstrap_room: int, required_acks: int) -> bool:
-        return self.acks.get(bootstrap_room, 0) >= required_acks
+        return (self.acks.get(bootstrap_room) or 0) >= required_acks
 
     def clear_deferred_abort_state(self, bootstrap_room: int) -> None:
         self.acks.pop(bootstrap_room, None)
@@ -207,6 +226,20 @@ class Rank:
     metadata: Any  # MetadataBuffers
     slots: Any  # ReqToMetadataIdxAllocator
 
+    def reset(self) -> None:
+        """Back to a fresh rank's state (a new schedule of the search; never between requests of one)."""
+        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+        self.allocator.clear()
+        self.req_to_token.clear()
+        self.req_to_token.req_to_token.zero_()
+        for buf in (self.kv.get_key_buffer(0), self.kv.get_value_buffer(0)):
+            buf.zero_()
+        for name in _metadata_fields(self.metadata):
+            getattr(self.metadata, name).zero_()
+        self.slots = ReqToMetadataIdxAllocator(METADATA_SLOTS)
+        self.cache = _disabled_tree_cache(self.req_to_token, self.allocator)
+
     def buffers(self) -> PagedBuffers:
         return PagedBuffers([self.kv.get_key_buffer(0), self.kv.get_value_buffer(0)], PAGE)
 
@@ -216,21 +249,32 @@ class Rank:
             pages.append(self.allocator.release_pages)
         return {int(p) for t in pages for p in t.tolist()}
 
+    def pages_of(self, req: Any) -> set[int]:
+        """The pages the request's ``req_to_token`` row maps for everything allocated to it."""
+        return {s // PAGE for s in self.row(req, int(req.kv.kv_allocated_len))}
+
     def row(self, req: Any, length: int) -> list[int]:
         return [int(s) for s in self.req_to_token.req_to_token[req.kv.req_pool_idx, :length].tolist()]
 
 
-def _metadata_buffers(size: int) -> Any:
+@functools.cache
+def _metadata_buffers_kwargs() -> dict[str, Any]:
     import inspect
 
     import torch
     from sglang.srt.disaggregation.utils import MetadataBuffers
 
     params = inspect.signature(MetadataBuffers).parameters
-    kwargs: dict[str, Any] = {"size": size, "hidden_size": 8, "hidden_states_dtype": torch.float32}
+    kwargs: dict[str, Any] = {"hidden_size": 8, "hidden_states_dtype": torch.float32}
     if "max_sampling_mask_tokens" in params and params["max_sampling_mask_tokens"].default is inspect.Parameter.empty:
         kwargs["max_sampling_mask_tokens"] = 0
-    return MetadataBuffers(**kwargs)
+    return kwargs
+
+
+def _metadata_buffers(size: int) -> Any:
+    from sglang.srt.disaggregation.utils import MetadataBuffers
+
+    return MetadataBuffers(size=size, **_metadata_buffers_kwargs())
 
 
 # ---------------------------------------------------------------------------
@@ -283,6 +327,7 @@ class Read:
     pages: list[int]
     foreign: list[Foreign]
     canaries: set[int]
+    canary_pages: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -305,12 +350,18 @@ class Pair:
     timed_out: set[int] = field(default_factory=set)
     reads: list[Read] = field(default_factory=list)
     acked: set[int] = field(default_factory=set)
+    acks_in_flight: list[int] = field(default_factory=list)
+    failed_rooms: set[int] = field(default_factory=set)
+    acks_failed_send: bool | None = None  # this build's Mooncake answer (pd_search), None: never asked
+    release_timeout_s: float = 30.0
     clock: float = 0.0
     waiting_timeout_s: float = 300.0
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def __post_init__(self) -> None:
-        self.wire = Loopback(self.prefill.buffers(), self.decode.buffers(), self.ledger, on_last=self._landed)
+        self.wire = Loopback(
+            self.prefill.buffers(), self.decode.buffers(), self.ledger, on_last=self._landed, on_settled=self.settled
+        )
         self.wire.decisions = self.decisions
         self.aborted_rooms: set[int] = set()
 
@@ -321,11 +372,36 @@ class Pair:
         self.maybe_ack(room)
 
     def maybe_ack(self, room: int) -> None:
-        """The prefill rank acks a drained abort: nothing it posted for the room is still in flight."""
-        if room in self.aborted_rooms and not self.wire.pending(room) and room not in self.acked:
+        """The prefill rank acks a drained abort once nothing it posted for the room is in flight.
+
+        The ack travels back asynchronously: it reaches decode at the next
+        :meth:`deliver_acks` (before decode's next poll), not inside the call that sent the ABORT.
+        """
+        drained = not self.wire.pending(room) or (room in self.failed_rooms and self.acks_failed_send is True)
+        if room in self.aborted_rooms and drained and room not in self.acked:
             self.acked.add(room)
-            self.manager.acks[room] = self.manager.acks.get(room, 0) + 1
+            self.acks_in_flight.append(room)
             self.decisions.append(f"room {room}: prefill acked the drain (no write in flight)")
+
+    def fail_send(self, write: Any) -> None:
+        """The transfer engine reports the room's send failed; the write itself may still be in flight."""
+        room = write.room
+        self.failed_rooms.add(room)
+        self.decisions.append(f"room {room}: send reported failed, decode told Failed; the write stays in flight")
+        if room in self.senders:
+            self.senders[room].state = "Failed"
+        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
+            self.receivers[room].state = "Failed"
+        self.maybe_ack(room)
+
+    def deliver_acks(self) -> None:
+        for room in self.acks_in_flight:
+            self.manager.note_abort_ack(room)
+        self.acks_in_flight.clear()
+
+    def settled(self, room: int) -> None:
+        """A held write of ``room`` landed or failed: the prefill rank may now ack a drain."""
+        self.maybe_ack(room)
 
     # -- the wire's completion: the last chunk landed, metadata copied, both ends Success ----
     def _landed(self, room: int) -> None:
@@ -348,7 +424,7 @@ class Pair:
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        room = next(_rooms)
+        room = FIRST_ROOM + len(self.room_rid)  # per pair: the same schedule gives the same rooms
         self.room_rid[room] = rid
         self.numbers[rid] = len(self.numbers) + 1
         made = []
@@ -367,6 +443,11 @@ class Pair:
         return made[0], made[1]
 
     # -- the fake model ------------------------------------------------------
+    def prefill_fits(self, req: Any) -> bool:
+        """Whether the prefill pools can take the request now (the real scheduler would wait otherwise)."""
+        need = -(-len(req.origin_input_ids) // PAGE) * PAGE
+        return self.prefill.allocator.available_size() >= need and self.prefill.req_to_token.available_size() > 0
+
     def prefill_forward(self, req: Any) -> None:
         """Allocate the request's KV through the real pools and write its marker into every slot it got."""
         import torch
@@ -380,9 +461,8 @@ class Pair:
         slots = rank.allocator.alloc(need)
         if slots is None:
             raise RuntimeError(f"prefill KV pool cannot hold {req.rid}'s {length} tokens")
+        # The whole last page stays the request's (a paged allocator hands out and frees whole pages).
         rank.req_to_token.write((req.kv.req_pool_idx, slice(0, length)), slots[:length].to(torch.int32))
-        if need > length:
-            rank.allocator.free(slots[length:])
         req.kv.kv_allocated_len = length
         req.kv.kv_committed_len = length
         set_scheduled_extent(req, 0, length)
@@ -395,14 +475,19 @@ class Pair:
         seqlen = len(req.origin_input_ids) + max(len(req.output_ids) - 1, 0)
         slots = self.decode.row(req, seqlen)
         pages = sorted({s // PAGE for s in slots})
-        keys = self.decode.kv.get_key_buffer(0)
-        values = [float(keys[s, 0, 0]) for s in slots]
+        values = self.decode.kv.get_key_buffer(0)[slots, 0, 0].tolist() if slots else []
         own = self.numbers[req.rid]
+        canary_pages: dict[int, set[int]] = {}
+        for slot, value in zip(slots, values, strict=True):
+            n = owner_of(value)
+            if n is not None and n != own:
+                canary_pages.setdefault(n, set()).add(slot // PAGE)
         read = Read(
             rid=req.rid,
             pages=pages,
             foreign=self.ledger.foreign(req.rid, pages),
-            canaries=markers_in(values) - {own},
+            canaries=set(canary_pages),
+            canary_pages={n: sorted(p) for n, p in canary_pages.items()},
         )
         self.reads.append(read)
         return read
@@ -449,7 +534,17 @@ _MANAGERS = {
 }
 
 
+_DEFERRED: dict[tuple[int, str], bool] = {}
+
+
 def _deferred_default(kit: Kit, backend: str) -> bool:
+    key = (id(kit), backend)
+    if key not in _DEFERRED:
+        _DEFERRED[key] = _evaluate_deferred_default(kit, backend)
+    return _DEFERRED[key]
+
+
+def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
     """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code."""
     import importlib
 
@@ -461,15 +556,48 @@ def _deferred_default(kit: Kit, backend: str) -> bool:
     return bool(manager.enable_deferred_decode_kv_release)
 
 
-def build_pair(kit: Kit, backend: str = "mooncake") -> Pair:
-    """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout."""
+_RANKS: list[Rank] = []
+
+
+def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False) -> Pair:
+    """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout.
+
+    ``reuse_memory`` (the schedule search): the two ranks' real pools are built once per
+    process and reset to a fresh rank's state for each schedule (:meth:`Rank.reset`).
+    """
     ensure_runtime()
     from sglang.srt.environ import envs
 
+    if reuse_memory:
+        if not _RANKS:
+            _RANKS.extend((_rank(), _rank()))
+        for rank in _RANKS:
+            rank.reset()
+        prefill, decode = _RANKS
+    else:
+        prefill, decode = _rank(), _rank()
     manager = LoopbackManager(_deferred_default(kit, backend))
-    pair = Pair(kit=kit, backend=backend, prefill=_rank(), decode=_rank(), ledger=Ledger(), manager=manager)
+    pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
     pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
     return pair
+
+
+class VirtualTime:
+    """decode.py's ``time`` module with the pair's clock: deferred-release deadlines follow the lab's clock."""
+
+    def __init__(self, pair: Pair) -> None:
+        import time as real
+
+        self._pair, self._real, self._base = pair, real, real.monotonic()
+
+    def monotonic(self) -> float:
+        return self._base + self._pair.clock
+
+    def time(self) -> float:
+        return self._base + self._pair.clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 def _cpu_extend_kernel() -> Any:
@@ -486,6 +614,43 @@ def _cpu_extend_kernel() -> Any:
     return Launch()
 
 
+class OneRank:
+    """``torch.distributed`` as a one-rank group answers it, without the gloo round trip.
+
+    The pair is one prefill rank and one decode rank (tensor parallel 1): every
+    all-reduce of poll states or hold flags is over a group of one, whose result is the
+    input. The schedule search uses this (a real gloo all-reduce costs ~1.6 ms a call);
+    the probes keep the real single-rank gloo group.
+    """
+
+    def __init__(self) -> None:
+        import torch.distributed as real
+
+        self._real = real
+
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
+        if async_op:
+            raise MissingFakeAttribute("an asynchronous all-reduce was asked of the one-rank group")
+
+    def get_world_size(self, group: Any = None) -> int:
+        return 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def one_rank_collectives() -> Iterator[None]:
+    """The disaggregation modules' ``dist`` answered by :class:`OneRank` (see there)."""
+    from sglang.srt.disaggregation import decode, prefill, utils
+
+    with contextlib.ExitStack() as stack:
+        for module in (utils, decode, prefill):
+            if hasattr(module, "dist"):
+                stack.enter_context(swapped(module, "dist", OneRank()))
+        yield
+
+
 @contextlib.contextmanager
 def wired(pair: Pair) -> Iterator[None]:
     """The back end's classes answered by the loopback where both queue modules look them up.
@@ -500,4 +665,5 @@ def wired(pair: Pair) -> Iterator[None]:
         stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
         stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
         stack.enter_context(swapped(paged, "alloc_extend_kernel", _cpu_extend_kernel()))
+        stack.enter_context(swapped(decode, "time", VirtualTime(pair)))
         yield

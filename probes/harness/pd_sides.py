@@ -11,6 +11,7 @@ Every attribute not given here is answered by the build's own constructor code
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ def _metrics(kit: Kit, name: str) -> Any:
 #   tp_rank / pp_rank: create_sender hands them to senders whose constructor takes
 #       dest_tp_ranks (<= 0.5.21)
 # ---------------------------------------------------------------------------
+@functools.cache
 def _door_reads(capacity: int) -> dict[str, Any]:
     from sglang.srt.disaggregation import prefill
     from sglang.srt.disaggregation.base.conn import BaseKVSender
@@ -112,6 +114,7 @@ def prefill_side(pair: Pair, capacity: int) -> PrefillSide:
         return_health_check_ipcs=deque(),
         enable_staging=False,
         beam_coordinator=beam_coordinator(kit),  # the real one; a request without a beam group is a no-op
+        ps=kit.fake("prefill parallel state", pp_size=1, pp_rank=0, tp_rank=0, tp_size=1),
     )
     queue = real_object(
         kit,
@@ -134,6 +137,7 @@ def prefill_side(pair: Pair, capacity: int) -> PrefillSide:
 def decode_side(pair: Pair, capacity: int) -> DecodeSide:
     """The decode scheduler, its pre-allocation queue and transfer queue over the decode rank's memory."""
     from sglang.srt.disaggregation.decode import DecodePreallocQueue, DecodeTransferQueue
+    from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -149,6 +153,16 @@ def decode_side(pair: Pair, capacity: int) -> DecodeSide:
         enable_hisparse=False,
         enable_decode_hicache=False,
         enable_priority_scheduling=False,
+        # what the decode event loop's queue step and abort_request read besides the queues
+        disaggregation_mode=DisaggregationMode.DECODE,
+        waiting_queue=[],
+        chunked_req=None,
+        mm_receiver=None,
+        dllm_config=None,
+        last_batch=None,
+        enable_continuous_input_polling=False,
+        grammar_manager=kit.fake("grammar_manager", abort_requests=kit.recorder("abort_requests")),
+        ps=kit.fake("parallel state", pp_size=1),
         metrics_reporter=_metrics(kit, "decode metrics_reporter"),
         kv_checksum_computer=None,
         # 0.5.20+: the handoff token's reasoning-token accounting (no reasoning parser here)
@@ -201,6 +215,7 @@ def decode_side(pair: Pair, capacity: int) -> DecodeSide:
             },
         ),
     )
+    pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
     object.__setattr__(scheduler, "disagg_decode_prealloc_queue", prealloc)
     object.__setattr__(scheduler, "disagg_decode_transfer_queue", transfer)
     return DecodeSide(scheduler, prealloc, transfer, sent)
