@@ -559,7 +559,7 @@ def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
 _RANKS: list[Rank] = []
 
 
-def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False) -> Pair:
+def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False, force_deferred: bool = False) -> Pair:
     """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout.
 
     ``reuse_memory`` (the schedule search): the two ranks' real pools are built once per
@@ -576,7 +576,10 @@ def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = Fals
         prefill, decode = _RANKS
     else:
         prefill, decode = _rank(), _rank()
-    manager = LoopbackManager(_deferred_default(kit, backend))
+    default = _deferred_default(kit, backend)
+    if force_deferred:
+        kit.forced_flag(f"{backend} decode kv_manager.enable_deferred_decode_kv_release", True, default, "", [])
+    manager = LoopbackManager(True if force_deferred else default)
     pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
     pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
     return pair

@@ -20,9 +20,10 @@ ABORT of a failed room at once although the write may still land.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +184,21 @@ def machine_class(kit: Kit, backend: str, acks_failed_send: bool | None, sink: l
     return PairSchedules
 
 
+@contextlib.contextmanager
+def _no_source_constants() -> Iterator[None]:
+    """Hypothesis mines constants from the source of every module it deems local; here that is all of
+    SGLang (on ``PYTHONPATH``, not in site-packages) -- tens of seconds of parsing per newly imported
+    batch, and no use to strategies that draw from fixed choices. Switched off for the search."""
+    from hypothesis.internal.conjecture import providers
+
+    saved = providers._get_local_constants
+    providers._get_local_constants = lambda: providers._local_constants
+    try:
+        yield
+    finally:
+        providers._get_local_constants = saved
+
+
 def search(kit: Kit, *, schedules: int, seed: int, backend: str = "mooncake", chunk: int = 0) -> dict[str, Any]:
     """Run ``schedules`` seeded schedules; return the shrunk leak found (if any) and what was run."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
@@ -218,7 +234,8 @@ def search(kit: Kit, *, schedules: int, seed: int, backend: str = "mooncake", ch
     started = time.perf_counter()
     found: Found | None = None
     try:
-        test()
+        with _no_source_constants():
+            test()
     except LeakFound:
         found = sink[-1]  # hypothesis replays the shrunk schedule last
     elapsed = time.perf_counter() - started

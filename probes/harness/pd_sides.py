@@ -27,7 +27,10 @@ NUM_KV_HEADS = 1
 
 
 def _metrics(kit: Kit, name: str) -> Any:
-    return kit.fake(name, enable_metrics=False, report_prefill_stats=kit.recorder(f"{name}.report"))
+    """The metrics reporter without --enable-metrics (its stage recorder the real, disabled one, 0.5.20+)."""
+    return kit.fake(
+        name, enable_metrics=False, report_prefill_stats=kit.recorder(f"{name}.report"), **_stage_metrics()
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -134,7 +137,7 @@ def prefill_side(pair: Pair, capacity: int) -> PrefillSide:
     return PrefillSide(scheduler, queue, sent)
 
 
-def decode_side(pair: Pair, capacity: int) -> DecodeSide:
+def decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False) -> DecodeSide:
     """The decode scheduler, its pre-allocation queue and transfer queue over the decode rank's memory."""
     from sglang.srt.disaggregation.decode import DecodePreallocQueue, DecodeTransferQueue
     from sglang.srt.disaggregation.utils import DisaggregationMode
@@ -185,6 +188,7 @@ def decode_side(pair: Pair, capacity: int) -> DecodeSide:
         enable_staging=False,
         staging_handler=None,
         enable_host_receive=False,
+        forced={"enable_deferred_kv_release": True} if force_deferred else None,
     )
     prealloc = real_object(
         kit,
