@@ -21,9 +21,10 @@ the donor's held write late -- and the victim's next decode step reads its pages
 
 Fields per scenario: ``leaked``, ``foreign_pages``, ``canary``, ``reused`` (the victim
 got some of the donor's pages), ``held`` (the donor's pages were still held when the
-victim arrived), ``abort_sent`` (decode's ABORT reached the donor's prefill rank). The deferred-release switches are the build's own defaults (events
-``defaults``); the order of events is the scenario's (event ``ordering``), what the
-wire did is event ``loopback``.
+victim arrived), ``abort_sent`` (decode's ABORT reached the donor's prefill rank),
+``victim_decoding``. The deferred-release switches are the build's own defaults
+(event ``defaults``) except in ``abort_forced``; the order of events is the
+scenario's (event ``ordering``), what the wire did is event ``loopback``.
 """
 
 from __future__ import annotations

@@ -559,7 +559,9 @@ def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
 _RANKS: list[Rank] = []
 
 
-def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False, force_deferred: bool = False) -> Pair:
+def build_pair(
+    kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False, force_deferred: bool = False
+) -> Pair:
     """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout.
 
     ``reuse_memory`` (the schedule search): the two ranks' real pools are built once per

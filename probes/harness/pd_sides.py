@@ -28,9 +28,7 @@ NUM_KV_HEADS = 1
 
 def _metrics(kit: Kit, name: str) -> Any:
     """The metrics reporter without --enable-metrics (its stage recorder the real, disabled one, 0.5.20+)."""
-    return kit.fake(
-        name, enable_metrics=False, report_prefill_stats=kit.recorder(f"{name}.report"), **_stage_metrics()
-    )
+    return kit.fake(name, enable_metrics=False, report_prefill_stats=kit.recorder(f"{name}.report"), **_stage_metrics())
 
 
 # ---------------------------------------------------------------------------
