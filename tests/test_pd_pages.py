@@ -151,3 +151,56 @@ def test_markers_name_their_request(pages) -> None:
     assert pages.owner_of(pages.marker(3)) == 3
     assert pages.owner_of(0.0) is None
     assert pages.markers_in([0.0, pages.marker(2), pages.marker(2), pages.marker(4)]) == {2, 4}
+
+
+# -- difflab fuzz: input checks and the result's own logic (no SGLang) -----------------------------
+
+
+def test_fuzz_refuses_bad_input_before_anything_runs(tmp_path) -> None:
+    from difflab.errors import ConfigError
+    from difflab.workflows.fuzz import FuzzRequest, check
+
+    bad = [
+        (FuzzRequest(out=tmp_path / "o"), "either --release"),
+        (FuzzRequest(release="0.5.19", ref="main", out=tmp_path / "o"), "either --release"),
+        (FuzzRequest(repo="r", out=tmp_path / "o"), "either --release"),
+        (FuzzRequest(release="0.5.19", schedules=0), "--schedules"),
+        (FuzzRequest(release="0.5.19", seed=-1), "--seed"),
+        (FuzzRequest(release="0.5.19", transfer_backend="rdma"), "--transfer-backend"),
+    ]
+    for req, words in bad:
+        with pytest.raises(ConfigError, match=words):
+            check(req)
+    check(FuzzRequest(release="0.5.19"))
+
+
+def test_fuzz_cli_exits_2_on_an_unpinned_release(tmp_path) -> None:
+    from difflab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["fuzz", "--release", "9.9.9", "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_fuzz_chunks_cover_every_schedule_once() -> None:
+    from difflab.workflows.fuzz import CHUNK, _chunks
+
+    assert _chunks(1) == [1]
+    assert _chunks(CHUNK) == [CHUNK]
+    assert _chunks(2 * CHUNK + 3) == [CHUNK, CHUNK, 3]
+    assert sum(_chunks(1234)) == 1234
+
+
+def test_fuzz_keeps_each_distinct_leak_once_in_chunk_order() -> None:
+    from difflab.workflows.fuzz import _leaks
+
+    leak = {"schedule": ["a", "b"], "victim": "r1", "owner": "r0", "pages": [2], "canary": True, "decisions": []}
+    other = {**leak, "owner": "r2"}
+    events = [
+        {"chunk": 0, "leak": leak},
+        {"chunk": 1, "leak": None},
+        {"chunk": 2, "leak": dict(leak)},
+        {"chunk": 3, "leak": other},
+    ]
+    found = _leaks(events)
+    assert [(f["chunk"], f["owner"]) for f in found] == [(0, "r0"), (3, "r2")]

@@ -32,6 +32,8 @@ from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_no
 from difflab.runner import DEFAULT, build_runner
 from difflab.runner.base import ProbeJob
 from difflab.source.base import MaterialisedSource
+from difflab.source.git import GitSource
+from difflab.source.release import ReleaseSource
 
 CHUNK = 25
 """Schedules per probe job."""
@@ -90,14 +92,10 @@ def check(req: FuzzRequest) -> None:
 
 def _source(req: FuzzRequest) -> tuple[MaterialisedSource, str]:
     if req.release is not None:
-        from difflab.source.release import ReleaseSource
-
         matrix = load_matrix(req.matrix)
         if req.release not in matrix.releases:
             raise ConfigError(f"--release {req.release}: not pinned in {req.matrix} [releases]")
         return ReleaseSource(matrix.releases).release(req.release), req.release
-    from difflab.source.git import GitSource
-
     assert req.ref is not None
     return GitSource(repo=req.repo).rev(req.ref, what=f"--ref {req.ref}"), req.ref
 
