@@ -140,6 +140,7 @@ class LoopbackReceiver(_Strict):
         self.waited_since = pair.clock
         self.require_staging = False
         self.abort_notified = False
+        self.init_time: float | None = None  # set once the destination is published to every prefill rank
         self.conclude_state: Any = None
         self.supports_host_destination = False
         self.kv_mgr = pair.manager
@@ -156,6 +157,7 @@ class LoopbackReceiver(_Strict):
         self.pair.dst_aux[self.room] = aux_index
         self.state = "Transferring"
         self.waited_since = self.pair.clock
+        self.init_time = self.pair.clock
 
     def poll(self) -> Any:
         from sglang.srt.disaggregation.base.conn import KVPoll
