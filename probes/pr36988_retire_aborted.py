@@ -83,7 +83,7 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.features import Machinery
-from harness.prefill_results import PROMPT, PrefillScheduler
+from harness.prefill_results import PROMPT, WiredPrefill
 from harness.requests import abort_while_running
 from harness.runtime import ensure_runtime
 
@@ -102,13 +102,13 @@ RETIREMENT = ("release_kv_cache", "release_without_insert", "metadata_freed", "c
 OUTCOME = ("retired", "streamed", "inflight", "send_kv_chunk", "radix_insert")
 
 
-def _scenario(kit: Kit, name: str, body: Callable[[PrefillScheduler], dict[str, Any]]) -> dict[str, Any]:
+def _scenario(kit: Kit, name: str, body: Callable[[WiredPrefill], dict[str, Any]]) -> dict[str, Any]:
     with ExitStack() as stack:
-        observed = body(PrefillScheduler(kit, stack))
+        observed = body(WiredPrefill(kit, stack))
     return {f"{name}.{key}": value for key, value in observed.items()}
 
 
-def _final(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
+def _final(p: WiredPrefill, rid: str, *, aborted: bool) -> dict[str, Any]:
     req = p.prefilled(rid)
     if aborted:
         abort_while_running(req)
@@ -116,7 +116,7 @@ def _final(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
     return p.seen(req, *RETIREMENT, *OUTCOME, "send_last_chunk", "output_tokens")
 
 
-def _final_pending(p: PrefillScheduler) -> dict[str, Any]:
+def _final_pending(p: WiredPrefill) -> dict[str, Any]:
     req = p.prefilled("final-pending")
     req.pending_bootstrap = True  # optimistic prefill: the decode side has not bootstrapped yet
     abort_while_running(req)
@@ -124,7 +124,7 @@ def _final_pending(p: PrefillScheduler) -> dict[str, Any]:
     return p.seen(req, "inflight", "radix_insert", "release_without_insert", "send_kv_chunk", "streamed")
 
 
-def _twice(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
+def _twice(p: WiredPrefill, rid: str, *, aborted: bool) -> dict[str, Any]:
     req = p.prefilled(rid)
     if aborted:
         abort_while_running(req)
@@ -140,7 +140,7 @@ def _twice(p: PrefillScheduler, rid: str, *, aborted: bool) -> dict[str, Any]:
     }
 
 
-def _grammar(p: PrefillScheduler) -> dict[str, Any]:
+def _grammar(p: WiredPrefill) -> dict[str, Any]:
     rejected = p.kit.intended_failure("the grammar rejects the sampled token", ValueError)
 
     def accept_token(token: int) -> None:
@@ -154,7 +154,7 @@ def _grammar(p: PrefillScheduler) -> dict[str, Any]:
     }
 
 
-def _mid_last(p: PrefillScheduler) -> dict[str, Any]:
+def _mid_last(p: WiredPrefill) -> dict[str, Any]:
     # Abort stopped the chunking: no next chunk was launched after [0, CHUNK).
     req = p.middle_chunk("mid-last", start=0, end=CHUNK)
     abort_while_running(req)
@@ -163,7 +163,7 @@ def _mid_last(p: PrefillScheduler) -> dict[str, Any]:
     return seen | {"pending_chunk_cleared": not p.counts(req)["pending_chunk"]}
 
 
-def _mid_still(p: PrefillScheduler) -> dict[str, Any]:
+def _mid_still(p: WiredPrefill) -> dict[str, Any]:
     # The final chunk [CHUNK, PROMPT) was launched before the abort and is still in flight.
     req = p.middle_chunk("mid-still", start=CHUNK, end=PROMPT)
     abort_while_running(req)
@@ -178,20 +178,20 @@ def _mid_still(p: PrefillScheduler) -> dict[str, Any]:
     }
 
 
-def _mid_pending(p: PrefillScheduler) -> dict[str, Any]:
+def _mid_pending(p: WiredPrefill) -> dict[str, Any]:
     req = p.middle_chunk("mid-pending", start=0, end=CHUNK, pending_bootstrap=True)
     abort_while_running(req)
     p.result(req)
     return p.seen(req, "requeued", "radix_insert", "release_without_insert", "sender_abort", "retired", "streamed")
 
 
-def _yielded(p: PrefillScheduler) -> dict[str, Any]:
+def _yielded(p: WiredPrefill) -> dict[str, Any]:
     req = p.middle_chunk("yielded", start=0, end=CHUNK, pending_bootstrap=True)
     p.result(req)
     return p.seen(req, "requeued", "retired", "streamed")
 
 
-def _sender_fails(p: PrefillScheduler) -> dict[str, Any]:
+def _sender_fails(p: WiredPrefill) -> dict[str, Any]:
     unreachable = p.kit.intended_failure("the KV transport cannot deliver the abort")
     req = p.prefilled("sender-fails")
 
@@ -211,7 +211,7 @@ def _sender_fails(p: PrefillScheduler) -> dict[str, Any]:
     }
 
 
-SCENARIOS: tuple[tuple[str, Callable[[PrefillScheduler], dict[str, Any]]], ...] = (
+SCENARIOS: tuple[tuple[str, Callable[[WiredPrefill], dict[str, Any]]], ...] = (
     ("aborted", lambda p: _final(p, "aborted", aborted=True)),
     ("normal", lambda p: _final(p, "normal", aborted=False)),
     ("final_pending", _final_pending),

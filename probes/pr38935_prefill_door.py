@@ -2,12 +2,14 @@
 
 Scenario: intake validation rejected a request with the real
 ``Req.set_finish_with_abort`` (verdict parked in ``to_finish``, prompt swapped
-for a one-token stub, ``finished()`` still False) and the scheduler hands it
-to the real ``PrefillBootstrapQueue.add`` (real ``create_sender``, real
-capacity check, real ``FakeKVSender`` of the 'fake' transfer backend). On the
-head the door retires it through the real ``Scheduler.retire_unadmitted_request``:
-its streaming session is let go, its beam group retired, the cache told, the
-400 streamed.
+for a one-token stub, ``finished()`` still False) and hands it to the prefill
+side the build's own start-up built (:mod:`harness.server`: its
+``run_scheduler_process``, scheduler class, ``init_disaggregation``), through
+the scheduler's own dispatch ``_add_request_to_queue`` -> its bootstrap queue's
+``add`` (whatever class the build's set-up instantiated). On the head the door
+retires it through the scheduler's ``retire_unadmitted_request``: its streaming
+session is let go, its beam group retired, the cache told, the 400 streamed
+(read off the socket to the detokenizer, as the build's output streamer wrote it).
 
 Observations:
 - ``rejected``: ``enqueued`` (in the bootstrap queue), ``sender_created`` (a
@@ -32,14 +34,16 @@ Controls, equal on base and head: a ``valid`` request is admitted with a
 sender; ``session_valid`` (a valid request of a busy streaming session) and
 ``group_valid`` (a valid beam leader) keep their session and group;
 ``plain_session`` (a rejected request of a non-streaming session) keeps its
-session attached; re-entering requests that still own something their queue
-must release are enqueued, not retired -- one per clause of the head's
-predicate: ``preempted`` (``is_retracted``), ``reentering_kv`` (KV row held),
+session attached; ``null_mode`` (a non-PD server) keeps the rejected stub in its
+``waiting_queue``, where the scheduler's own abort handling ends it;
+re-entering requests that still own something their queue must release are
+enqueued, not retired -- one per clause of the head's predicate: ``preempted``
+(``is_retracted``), ``reentering_kv`` (KV row held),
 ``reentering_mamba`` (Mamba state held), ``reentering_slot`` (metadata slot
 held), ``reentering_backup`` (``kv.retraction_backup`` set).
 
-Fakes: the KV manager (transport), the output streamer (ZMQ to the
-tokenizer), the tree cache (GPU memory); the beam coordinator's GPU pools.
+Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
+sockets; the 'fake' transfer back end: the door is back-end independent).
 """
 
 from __future__ import annotations
@@ -47,36 +51,32 @@ from __future__ import annotations
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import NUM_KV_HEADS, prefill_door
+from harness.doors import Door
 from harness.features import Machinery
 from harness.requests import abort_while_running, hold_kv, new_req, reject_at_intake
 from harness.runtime import ensure_runtime
-from harness.scheduler import retirement_fields
 
 # The machinery the fix changes: the PD prefill admission queue (absent before PD existed).
 MACHINERY = Machinery("PD prefill admission queue", "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue.add")
 
 
-def _admit(kit: Kit, scenario: str, req: Any) -> dict[str, Any]:
-    """Push ``req`` through the real door and report what happened to it."""
-    from sglang.srt.disaggregation.fake.conn import FakeKVSender
-    from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-
+def _admit(door: Door, scenario: str, req: Any) -> dict[str, Any]:
+    """Hand ``req`` to the scheduler's dispatch and report what its prefill side did with it."""
     group = req.beam_group
     session = req.session
-    queue, seen = prefill_door(kit, live_groups=int(group is not None))
-    PrefillBootstrapQueue.add(queue, req, NUM_KV_HEADS)
+    beams = door.scheduler.beam_coordinator
+    beams._num_live_groups = int(group is not None)  # as validate_and_init counts a group in
+    effects = door.admit(req)
     fields = {
-        f"{scenario}.enqueued": req in queue.queue,
-        f"{scenario}.sender_created": isinstance(getattr(req, "disagg_kv_sender", None), FakeKVSender),
-        **retirement_fields(scenario, req, seen),
+        f"{scenario}.{key}": effects[key]
+        for key in ("enqueued", "sender_created", "retired", "streamed", "cache_aborts")
     }
     if session is not None:
         fields[f"{scenario}.session_busy"] = session._inflight
         fields[f"{scenario}.session_detached"] = req.session is None
     if group is not None:
         fields[f"{scenario}.group_retired"] = group.retired
-        fields[f"{scenario}.live_groups"] = seen["beams"]._num_live_groups
+        fields[f"{scenario}.live_groups"] = beams._num_live_groups
     return fields
 
 
@@ -117,40 +117,45 @@ def _reentering(rid: str) -> Any:
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
     ensure_runtime()
+    door = Door(kit, "prefill")
     fields: dict[str, Any] = {}
 
-    fields.update(_admit(kit, "rejected", _rejected(kit, new_req("rejected", prompt_len=1500))))
-    fields.update(_admit(kit, "valid", new_req("valid", prompt_len=16)))
+    fields.update(_admit(door, "rejected", _rejected(kit, new_req("rejected", prompt_len=1500))))
+    fields.update(_admit(door, "valid", new_req("valid", prompt_len=16)))
 
     rejected_session = _in_session(new_req("rejected-session", prompt_len=1500), streaming=True)
-    fields.update(_admit(kit, "rejected_session", _rejected(kit, rejected_session)))
-    fields.update(_admit(kit, "session_valid", _in_session(new_req("session-valid"), streaming=True)))
+    fields.update(_admit(door, "rejected_session", _rejected(kit, rejected_session)))
+    fields.update(_admit(door, "session_valid", _in_session(new_req("session-valid"), streaming=True)))
     plain_session = _in_session(new_req("plain-session", prompt_len=1500), streaming=False)
-    fields.update(_admit(kit, "plain_session", _rejected(kit, plain_session)))
+    fields.update(_admit(door, "plain_session", _rejected(kit, plain_session)))
 
     rejected_group = _beam_leader(new_req("rejected-group", prompt_len=1500))
-    fields.update(_admit(kit, "rejected_group", _rejected(kit, rejected_group)))
-    fields.update(_admit(kit, "group_valid", _beam_leader(new_req("group-valid"))))
+    fields.update(_admit(door, "rejected_group", _rejected(kit, rejected_group)))
+    fields.update(_admit(door, "group_valid", _beam_leader(new_req("group-valid"))))
 
     preempted = _reentering("preempted")
     preempted.is_retracted = True  # release_req -> reset_for_retract sets it
-    fields.update(_admit(kit, "preempted", preempted))
+    fields.update(_admit(door, "preempted", preempted))
 
     holding_kv = _reentering("reentering-kv")
     hold_kv(holding_kv, 16)  # still holds the KV row of its first run
-    fields.update(_admit(kit, "reentering_kv", holding_kv))
+    fields.update(_admit(door, "reentering_kv", holding_kv))
 
     holding_mamba = _reentering("reentering-mamba")
     holding_mamba.kv.mamba_pool_idx = _mamba_slot()  # a hybrid model's Mamba state, held
-    fields.update(_admit(kit, "reentering_mamba", holding_mamba))
+    fields.update(_admit(door, "reentering_mamba", holding_mamba))
 
     slot = _reentering("reentering-slot")
     slot.metadata_buffer_index = 7  # finalize_bootstrap allocated it before the first run
-    fields.update(_admit(kit, "reentering_slot", slot))
+    fields.update(_admit(door, "reentering_slot", slot))
 
     backup = _reentering("reentering-backup")
     backup.kv.retraction_backup = object()  # host copy taken when it was retracted
-    fields.update(_admit(kit, "reentering_backup", backup))
+    fields.update(_admit(door, "reentering_backup", backup))
+
+    null_mode = Door(kit, "null").admit(_rejected(kit, new_req("null-mode", prompt_len=1500)))
+    fields["null_mode.waiting"] = null_mode["waiting"]
+    fields["null_mode.retired"] = null_mode["retired"]
     return fields
 
 

@@ -1650,3 +1650,110 @@ CORPUS: tuple[ForkSpec, ...] = (
         "state write stops the room",
     ),
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# The wired server: where the build's start-up and dispatch put the live path (classes below).
+# ---------------------------------------------------------------------------------------------
+PLUGINS = "sglang/srt/plugins/__init__.py"
+
+CLASSES.update(
+    {
+        "queue-subclass": "the scheduler's set-up builds its own subclass of a door's queue; its add() lacks the check",
+        "startup-revert": "run_scheduler_process, next to load_plugins(), rebinds what the fix's doors call",
+        "plugin-patch": "a hook installed while the build loads its plugins reverts one door",
+        "harmless-metrics": "a counter gated the way SGLang gates its own (metrics_reporter.enable_metrics)",
+    }
+)
+
+_ACME_QUEUE = '''class AcmePrefillBootstrapQueue(PrefillBootstrapQueue):
+    """ACME: the bootstrap queue our prefill nodes run, with admission accounting of our own."""
+
+    def add(self, req: Req, num_kv_heads: int) -> None:
+        self.acme_admitted = getattr(self, "acme_admitted", 0) + 1
+        if not self.create_sender(req, num_kv_heads):
+            return
+        self.queue.append(req)
+
+
+class SchedulerDisaggregationPrefillMixin'''
+
+WIRED_CORPUS: tuple[ForkSpec, ...] = (
+    ForkSpec(
+        name="38935-prefill-queue-subclass",
+        cls="queue-subclass",
+        base_release="0.5.21",
+        edits=(
+            Edit(PREFILL, "class SchedulerDisaggregationPrefillMixin", _ACME_QUEUE),
+            Edit(
+                SCHEDULER,
+                "    PrefillBootstrapQueue,\n",
+                "    AcmePrefillBootstrapQueue,\n    PrefillBootstrapQueue,\n",
+            ),
+            Edit(
+                SCHEDULER,
+                "self.disagg_prefill_bootstrap_queue = PrefillBootstrapQueue(",
+                "self.disagg_prefill_bootstrap_queue = AcmePrefillBootstrapQueue(",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="queue-subclass: init_disaggregation builds AcmePrefillBootstrapQueue, whose add() creates a sender "
+        "and enqueues without the check (the prefill door is 0.5.20's); the decode door is 0.5.21's",
+    ),
+    ForkSpec(
+        name="38935-startup-revert",
+        cls="startup-revert",
+        base_release="0.5.21",
+        edits=(
+            Edit(
+                SCHEDULER,
+                "    load_plugins()\n",
+                "    load_plugins()\n"
+                "    # ACME: admission is decided by our router; the PD queues admit whatever reaches them.\n"
+                "    from sglang.srt.disaggregation import decode as _acme_decode\n"
+                "    from sglang.srt.disaggregation import prefill as _acme_prefill\n\n"
+                "    _acme_decode.is_unadmitted_reject = _acme_prefill.is_unadmitted_reject = lambda req: False\n",
+            ),
+        ),
+        expect={"38935": "absent"},
+        why="startup-revert: run_scheduler_process rebinds is_unadmitted_reject in both door modules to a "
+        "predicate that never fires: both doors admit the rejected stub as on 0.5.20",
+    ),
+    ForkSpec(
+        name="38935-plugin-reverts-decode-door",
+        cls="plugin-patch",
+        base_release="0.5.21",
+        edits=(
+            Edit(
+                PLUGINS,
+                "    _plugins_loaded = True\n",
+                "    _plugins_loaded = True\n"
+                "    # ACME: vendor hook loaded with the plugins; decode waits for prefill's verdict.\n"
+                "    from sglang.srt.disaggregation import decode as _acme_decode\n\n"
+                "    _acme_decode.is_unadmitted_reject = lambda req: False\n",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="plugin-patch: load_plugins() rebinds the decode module's is_unadmitted_reject to never fire: the "
+        "decode door is 0.5.20's, the prefill door 0.5.21's",
+    ),
+    ForkSpec(
+        name="38935-metrics-counter",
+        cls="harmless-metrics",
+        base_release="0.5.21",
+        edits=(
+            Edit(
+                SCHEDULER,
+                '        """Finish a request the disaggregation queues rejected at their door."""\n',
+                '        """Finish a request the disaggregation queues rejected at their door."""\n'
+                "        if self.metrics_reporter.enable_metrics:\n"
+                "            reporter = self.metrics_reporter\n"
+                '            reporter.acme_unadmitted_total = getattr(reporter, "acme_unadmitted_total", 0) + 1\n',
+            ),
+        ),
+        expect={"38935": "present"},
+        why="harmless-metrics: a counter in retire_unadmitted_request gated on the reporter's enable_metrics "
+        "(off by default): the fix's behaviour is 0.5.21's",
+    ),
+)
+CORPUS = CORPUS + WIRED_CORPUS

@@ -118,3 +118,65 @@ def decode_door(kit: Kit) -> tuple[Any, dict[str, Any]]:
     )
     queue._create_receiver_and_enqueue = create_receiver
     return queue, {**seen, "create": create_receiver}
+
+
+# ---------------------------------------------------------------------------
+# The doors as the build's server reaches them: its own scheduler (harness.server), its
+# own dispatch. Requests enter through ``Scheduler._add_request_to_queue`` (the intake's
+# hand-off), a held re-bootstrap through the decode queue's own ``enqueue_held_rebootstrap``.
+# ---------------------------------------------------------------------------
+class Door:
+    """One side the build's start-up built, and what one request's admission did there."""
+
+    def __init__(self, kit: Kit, mode: str) -> None:
+        from harness.server import start
+
+        self.kit = kit
+        self.mode = mode
+        self.side = start(kit, mode)
+        self.scheduler = self.side.scheduler
+        if mode == "decode":
+            manager = self.scheduler.disagg_decode_prealloc_queue.kv_manager
+            if not hasattr(manager, "prefill_info_table"):
+                # The 'fake' back end serves warm-up requests only; a request with a real
+                # bootstrap host looks its prefill peer up in the table every real back
+                # end's manager keeps. No peer has registered yet: it waits in pending_reqs.
+                manager.prefill_info_table = {}
+
+    def admit(self, req: Any, *, retracted: bool = False) -> dict[str, Any]:
+        """Hand ``req`` to the scheduler's dispatch; report what the side did with it."""
+        before = self._cache_aborts()
+        self.scheduler._add_request_to_queue(req, **({"is_retracted": True} if retracted else {}))
+        return self._effects(req, before)
+
+    def rebootstrap(self, req: Any) -> dict[str, Any]:
+        """Stage ``req`` for re-bootstrap and resume it, as the decode side's own retract/resume path does."""
+        before = self._cache_aborts()
+        queue = self.scheduler.disagg_decode_prealloc_queue
+        queue.hold_rebootstrap(req)
+        queue.enqueue_held_rebootstrap()
+        return self._effects(req, before)
+
+    def _cache_aborts(self) -> int:
+        from harness.runtime import cache_aborts
+
+        return cache_aborts(self.side.seen["cache_abort"])
+
+    def _effects(self, req: Any, cache_before: int) -> dict[str, Any]:
+        effects: dict[str, Any] = {
+            "retired": req.finished(),
+            "streamed": self.side.seen["sockets"].streamed(req.rid),
+            "cache_aborts": self._cache_aborts() - cache_before,
+        }
+        if self.mode == "prefill":
+            queue = self.scheduler.disagg_prefill_bootstrap_queue
+            effects["enqueued"] = req in queue.queue
+            effects["sender_created"] = getattr(req, "disagg_kv_sender", None) is not None
+        elif self.mode == "decode":
+            queue = self.scheduler.disagg_decode_prealloc_queue
+            effects["receiver_created"] = any(d.req is req for d in queue.queue)
+            effects["pending"] = any(d.req is req for d in queue.pending_reqs)
+            effects["retracted_queue"] = req in queue.retracted_queue
+        else:
+            effects["waiting"] = req in self.scheduler.waiting_queue
+        return effects

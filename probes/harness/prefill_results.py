@@ -51,6 +51,144 @@ def _release_inserts(release_kv_cache: Callable[..., Any]) -> Callable[[Call], b
     return inserts
 
 
+_SIDES: dict[int, Any] = {}
+
+
+def wired_prefill(kit: Kit) -> Any:
+    """The prefill side the build's start-up builds (:mod:`harness.server`), once per probe."""
+    from harness.server import start
+
+    if id(kit) not in _SIDES:
+        side = start(kit, "prefill")
+        # Forced as before (a KV-storage tier is what 0.5.20 tells the cache an abort for),
+        # reported beside the verdict with the value the build's own start-up gave it.
+        built = side.scheduler.enable_hicache_storage
+        side.scheduler.enable_hicache_storage = True
+        kit.forced_flag(
+            "scheduler.enable_hicache_storage",
+            True,
+            built,
+            "Scheduler.__init__ as the build's start-up ran it (hicache_storage_backend unset)",
+            [],
+        )
+        _SIDES[id(kit)] = side
+    return _SIDES[id(kit)]
+
+
+class WiredPrefill:
+    """The wired prefill side's scheduler receiving results through its own ``process_batch_result``.
+
+    Shared by the scenarios of one probe; each scenario gets fresh recorders (so counts
+    are per scenario) on the side's real collaborators: the metadata-slot allocator its
+    ``init_disaggregation`` built, its inflight and bootstrap queues, its output streamer
+    writing to a fake socket, its ``send_kv_chunk`` (spied on the instance, the build's
+    method runs), the tree cache the harness's KV build recorded. The KV release and radix
+    insert are swapped where ``disaggregation/prefill.py`` imported them.
+    """
+
+    def __init__(self, kit: Kit, stack: ExitStack) -> None:
+        from sglang.srt.disaggregation import prefill
+
+        self.kit = kit
+        self.side = wired_prefill(kit)
+        self.scheduler = self.side.scheduler
+        self.inserts = _release_inserts(prefill.release_kv_cache)
+        self.release = kit.recorder("release_kv_cache", side_effect=lambda req, *a, **k: drop_kv(req))
+        self.radix_insert = kit.recorder(_radix_insert_name(prefill))
+        stack.enter_context(swapped(prefill, "release_kv_cache", self.release))
+        stack.enter_context(swapped(prefill, _radix_insert_name(prefill), self.radix_insert))
+        self.slots = self.scheduler.req_to_metadata_buffer_idx_allocator
+        real_free = type(self.slots).free.__get__(self.slots)
+        self.metadata_free = kit.recorder("metadata.free", side_effect=real_free)
+        stack.enter_context(_on_instance(self.slots, "free", self.metadata_free))
+        real_send = type(self.scheduler).send_kv_chunk.__get__(self.scheduler)
+        self.send = kit.recorder("send_kv_chunk", side_effect=real_send)
+        stack.enter_context(_on_instance(self.scheduler, "send_kv_chunk", self.send))
+        self.cache_abort = self.side.seen["cache_abort"]
+        self._cache_before = cache_aborts(self.cache_abort)
+        self.sender_abort: dict[str, Recorder] = {}
+        self.bootstrap_queue = self.scheduler.disagg_prefill_bootstrap_queue.queue
+        self.kv_manager = self.scheduler.disagg_prefill_bootstrap_queue.kv_manager
+
+    def results(self, reqs: list[Any]) -> None:
+        """Deliver one batch's prefill results (a sampled token per request) through the scheduler's own step."""
+        import time
+
+        batch = _extend_batch(self.kit, reqs)
+        # Stamped as run_batch stamps the batch it launched.
+        self.scheduler.forward_ct += 1
+        batch.forward_iter = self.scheduler.forward_ct
+        batch.launch_ts = time.monotonic()
+        batch.extend_num_tokens = PROMPT * len(reqs)
+        self.scheduler.process_batch_result(batch, _result(reqs))
+
+    def result(self, req: Any) -> None:
+        self.results([req])
+
+    def counts(self, req: Any) -> dict[str, Any]:
+        """Effects on ``req`` so far in this scenario."""
+        return {
+            "release_kv_cache": self.release.count,
+            "release_without_insert": sum(1 for c in self.release.calls if not self.inserts(c)),
+            "radix_insert": self.radix_insert.count,
+            "send_kv_chunk": self.send.count,
+            "send_last_chunk": sum(1 for c in self.send.calls if c.kwargs.get("last_chunk") is True),
+            "metadata_freed": self.metadata_free.count,
+            "cache_aborts": cache_aborts(self.cache_abort) - self._cache_before,
+            "sender_abort": self.sender_abort[req.rid].count,
+            "streamed": self.side.seen["sockets"].streamed(req.rid),
+            "inflight": self.scheduler.disagg_prefill_inflight_queue.count(req),
+            "requeued": req in self.scheduler.waiting_queue or req in self.bootstrap_queue,
+            "pending_chunk": req.rid in self.scheduler.disagg_prefill_pending_chunk_rids,
+            "output_tokens": len(req.output_ids),
+            "retired": req.finished(),
+        }
+
+
+@contextlib.contextmanager
+def _on_instance(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """``obj.name`` is ``value`` on this instance only, for one scenario (the class's method stays as built)."""
+    object.__setattr__(obj, name, value)
+    try:
+        yield
+    finally:
+        obj.__dict__.pop(name, None)
+
+
+def _extend_batch(kit: Kit, reqs: list[Any]) -> Any:
+    """A real ``ScheduleBatch`` in EXTEND mode holding ``reqs``; every other field is the build's default."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.EXTEND)
+    batch.prefill_stats = _prefill_stats(reqs)
+    return batch
+
+
+def _prefill_stats(reqs: list[Any]) -> Any:
+    """The stats the scheduler attaches to a prefill batch it formed (``PrefillStats.from_adder``): all new tokens."""
+    from sglang.srt.managers.scheduler_components import metrics_reporter
+
+    offered: dict[str, Any] = {
+        "log_input_tokens": PROMPT * len(reqs),
+        "log_hit_tokens": 0,
+        "new_token_ratio": 0.0,
+        "num_new_seqs": len(reqs),
+    }
+    counter = getattr(metrics_reporter, "QueueCount", None)
+    accepted = inspect.signature(metrics_reporter.PrefillStats).parameters
+    if "num_running_reqs" in accepted:
+        offered["num_running_reqs"] = counter.from_reqs([], False) if counter is not None else 0
+    return metrics_reporter.PrefillStats(**{k: v for k, v in offered.items() if k in accepted})
+
+
+def _result(reqs: list[Any]) -> Any:
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+
+    return GenerationBatchResult(next_token_ids=torch.full((len(reqs),), 11))
+
+
 class PrefillScheduler:
     """One bare scheduler and its recorded collaborators, built fresh per scenario.
 
@@ -124,7 +262,8 @@ class PrefillScheduler:
         req = new_req(rid, prompt_len=PROMPT)
         hold_kv(req, tokens)
         req.metadata_buffer_index = self.slots.alloc()
-        req.disagg_kv_sender = fake_kv_sender(self.kit.fake("kv_manager"), req)
+        manager = getattr(self, "kv_manager", None) or self.kit.fake("kv_manager")
+        req.disagg_kv_sender = fake_kv_sender(manager, req)
         self.sender_abort[req.rid] = self.kit.recorder("sender.abort", side_effect=req.disagg_kv_sender.abort)
         req.disagg_kv_sender.abort = self.sender_abort[req.rid]
         req.pending_bootstrap = False
@@ -179,3 +318,8 @@ class PrefillScheduler:
         counts = self.counts(req)
         counts["inflight"] = counts["inflight"] > 0
         return {name: counts[name] for name in names}
+
+
+# One way to prepare a request, whichever scheduler receives its results.
+for _name in ("prefilled", "middle_chunk", "seen"):
+    setattr(WiredPrefill, _name, getattr(PrefillScheduler, _name))

@@ -55,6 +55,11 @@ def ensure_runtime() -> None:
     _READY = True
 
 
+def hold(context: contextlib.AbstractContextManager[Any]) -> Any:
+    """Keep ``context`` entered until the process ends (process-wide SGLang state a launcher would set)."""
+    return _HELD.enter_context(context)
+
+
 def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
     """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
 
