@@ -10,8 +10,9 @@ the donor's held write late -- and the victim's next decode step reads its pages
   while its write is in flight. Without deferred release (the build's default before
   0.5.21) the transfer poll frees the pages at once; with it, they are held until the
   prefill rank acks the drain, which it does once nothing it posted is in flight.
-- ``failed_send``: the donor's transfer is reported failed while its write is still in
-  flight (a Mooncake batch that timed out and may still be writing). Before #41404 a
+- ``failed_send``: (deferred release forced on, as #41404's own probe sets it, so the
+  fixes are judged and not the default) the donor's transfer is reported failed while
+  its write is still in flight (a Mooncake batch that timed out and may still be writing). Before #41404 a
   failure decode did not initiate frees the pages at once; with it decode notifies the
   prefill rank and holds them for its ack; whether that rank acks a failed send at
   once is this build's real Mooncake ``transfer_worker``'s answer (#43719(a)).
@@ -23,8 +24,9 @@ Fields per scenario: ``leaked``, ``foreign_pages``, ``canary``, ``reused`` (the 
 got some of the donor's pages), ``held`` (the donor's pages were still held when the
 victim arrived), ``abort_sent`` (decode's ABORT reached the donor's prefill rank),
 ``victim_decoding``. The deferred-release switches are the build's own defaults
-(event ``defaults``) except in ``abort_forced``; the order of events is the
-scenario's (event ``ordering``), what the wire did is event ``loopback``.
+(event ``defaults``) except in ``abort_forced`` and ``failed_send`` (forced on, reported
+with the default); the order of events is the scenario's (event ``ordering``), what
+the wire did is event ``loopback``.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def observe(kit: Kit) -> dict[str, Any]:
     for name, abort, fail, forced in (
         ("abort_in_flight", True, False, False),
         ("abort_forced", True, False, True),
-        ("failed_send", False, True, False),
+        ("failed_send", False, True, True),
         ("clean", False, False, False),
     ):
         fields |= {f"{name}.{k}": v for k, v in _race(kit, abort=abort, fail=fail, force_deferred=forced).items()}
