@@ -1,0 +1,676 @@
+"""One prefill rank and one decode rank of the build, their real KV memory, a loopback wire between them.
+
+Each rank holds SGLang's own memory objects at a tiny size on the CPU: a
+``ReqToTokenPool``, an ``MHATokenToKVPool`` (one layer, one head), a
+``PagedTokenToKVPoolAllocator`` over it, a ``ChunkCache`` (the decode side of PD
+without a radix cache; the prefill side with it disabled), ``MetadataBuffers`` and a
+``ReqToMetadataIdxAllocator``. Page contents are tensors and are never zeroed
+between requests, as in production.
+
+The requests move through the build's own queue methods: the prefill door
+(``PrefillBootstrapQueue.add``), the bootstrap poll (``pop_bootstrapped``), the
+prefill result step (``process_batch_result_disagg_prefill`` with the real
+``send_kv_chunk``), the decode door (``DecodePreallocQueue.add``), the decode
+pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``) and
+the KV release (``release_kv_cache``). The queues are built without their
+constructors (:mod:`harness.strict`: every attribute the pair does not give comes
+from the build's own constructor code, or the probe errors).
+
+Faked are the model, the GPU and the network only:
+
+- the model forward: :meth:`Pair.prefill_forward` allocates through the real
+  allocator and pool as the scheduler would and writes the request's own marker into
+  every slot it got; :meth:`Pair.attend` is the fake attention: it reads exactly the
+  slots ``req_to_token`` maps for the request's sequence, and nothing else;
+- the transfer back end: the build's ``get_kv_class`` is asked for the back end's
+  sender and receiver as the queues ask, and answers with the loopback pair
+  (:class:`harness.pages.Loopback`), which copies page contents exactly as the sender's
+  page indices and the receiver's published destination say;
+- the zmq/HTTP side: the output streamer records the status each client received.
+
+Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from difflab.probe.kit import Kit, MissingFakeAttribute
+from harness.pages import Foreign, Ledger, Loopback, PagedBuffers, marker, owner_of
+from harness.requests import set_scheduled_extent
+from harness.runtime import ensure_runtime, swapped
+from harness.strict import real_object
+
+PAGE = 4
+POOL_TOKENS = 32  # 8 pages per rank
+REQ_ROWS = 4
+CONTEXT = 64
+METADATA_SLOTS = 4
+BOOTSTRAP_HOST = "192.0.2.10"
+BOOTSTRAP_PORT = 8998
+
+FIRST_ROOM = 8192
+
+
+class _Strict:
+    """Loopback endpoints answer only what they define: a read of anything else is a probe error."""
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__"):
+            raise AttributeError(item)
+        raise MissingFakeAttribute(f"the loopback {type(self).__name__} was asked for {item!r}")
+
+
+class LoopbackSender(_Strict):
+    """The prefill end of the wire in the role of the back end's sender (any release's signature)."""
+
+    def __init__(self, pair: Pair, **kwargs: Any) -> None:
+        self.pair = pair
+        self.room = int(kwargs["bootstrap_room"])
+        self.num_pages: int | None = None
+        self.aux_index: int | None = None
+        self.state: str = "WaitingForInput"
+        self.aborted = False
+        self.kv_mgr = None  # the in-flight poll asks for a dummy CP rank's manager: there is none
+        self.supports_host_tensor_indices = False  # 0.5.23 asks; page indices come as numpy, as other senders take them
+        pair.senders[self.room] = self
+
+    def init(self, num_kv_indices: int, aux_index: int | None = None) -> None:
+        self.num_pages = int(num_kv_indices)
+        self.aux_index = aux_index
+
+    def pop_decode_prefix_len(self) -> int:
+        return 0
+
+    def should_send_kv_chunk(self, num_pages: int, last_chunk: bool) -> bool:
+        return True
+
+    def get_max_transfer_tokens(self) -> None:
+        return None
+
+    def send(self, kv_indices: Any, state_indices: Any = None, num_kv_tokens: Any = None) -> None:
+        if self.num_pages is None:
+            raise MissingFakeAttribute(f"room {self.room}: the build sent KV before the sender's init")
+        rid = self.pair.room_rid[self.room]
+        if self.room in self.pair.aborted_rooms:
+            # Decode's ABORT reached this rank first: the chunk is dropped, the room concluded Failed.
+            self.pair.decisions.append(f"room {self.room}: chunk dropped, decode aborted the room")
+            self.state = "Failed"
+            return
+        self.pair.wire.post(self.room, rid, [int(p) for p in kv_indices], self.num_pages)
+        self.state = "Transferring"
+
+    def poll(self) -> Any:
+        """Bootstrapping until decode published where the room's pages go (its ``send_metadata``)."""
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if self.state == "WaitingForInput" and self.room not in self.pair.wire.destinations:
+            return KVPoll.Bootstrapping
+        return getattr(KVPoll, self.state)
+
+    def abort(self) -> None:
+        # Mooncake's sender abort concludes locally; it notifies nobody on the decode side.
+        self.aborted = True
+        self.state = "Failed"
+        self.pair.decisions.append(f"room {self.room}: prefill sender aborted; decode not notified")
+
+    def failure_exception(self) -> None:
+        raise RuntimeError(f"loopback sender for room {self.room} failed")
+
+    def clear(self) -> None:
+        pass
+
+    def get_transfer_metric(self) -> Any:
+        from sglang.srt.disaggregation.base.conn import KVTransferMetric
+
+        return KVTransferMetric()
+
+
+class LoopbackReceiver(_Strict):
+    """The decode end of the wire in the role of the back end's receiver."""
+
+    def __init__(self, pair: Pair, **kwargs: Any) -> None:
+        self.pair = pair
+        self.room = int(kwargs["bootstrap_room"])
+        self.state = "Bootstrapping"
+        self.waited_since = pair.clock
+        self.require_staging = False
+        self.abort_notified = False
+        self.init_time: float | None = None  # set once the destination is published to every prefill rank
+        self.conclude_state: Any = None
+        self.supports_host_destination = False
+        self.kv_mgr = pair.manager
+        # one prefill rank (tp 1): the rank an ABORT goes to and an ack comes from
+        self.bootstrap_infos: list[Any] = [{"rank_ip": BOOTSTRAP_HOST, "rank_port": BOOTSTRAP_PORT}]
+        pair.receivers[self.room] = self
+
+    def init(self, prefill_dp_rank: int = 0) -> None:
+        self.state = "WaitingForInput"
+
+    def send_metadata(self, kv_indices: Any, aux_index: Any = None, state_indices: Any = None, **_: Any) -> None:
+        self.aux_index = aux_index
+        self.pair.wire.publish(self.room, [int(p) for p in kv_indices])
+        self.pair.dst_aux[self.room] = aux_index
+        self.state = "Transferring"
+        self.waited_since = self.pair.clock
+        self.init_time = self.pair.clock
+
+    def poll(self) -> Any:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if self.state == "Transferring" and self.pair.clock - self.waited_since >= self.pair.waiting_timeout_s:
+            self.state = "Failed"
+            self.pair.timed_out.add(self.room)
+        return getattr(KVPoll, self.state)
+
+    def failure_exception(self) -> None:
+        raise RuntimeError(f"loopback receiver for room {self.room}: KV transfer timed out")
+
+    def clear(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        """Decode aborts the room (a client abort): Failed, and the prefill rank is told (as Mooncake's receiver)."""
+        self.state = "Failed"
+        self.conclude_state = self.poll()
+        self.ensure_abort_notified()
+
+    def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
+        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained."""
+        if force_arm:
+            self.kv_mgr.register_deferred_abort_room(self.room)
+        if self.abort_notified:
+            return
+        self.abort_notified = True
+        self.pair.abort_room(self.room)
+
+    def is_abort_release_safe(self) -> bool:
+        return self.kv_mgr.is_abort_release_safe(self.room, len(self.bootstrap_infos))
+
+
+class LoopbackManager(_Strict):
+    """The decode KV manager's deferred-release bookkeeping, in the role of the back end's.
+
+    ``enable_deferred_decode_kv_release`` is the value the back end's real manager class
+    computes in this build (its constructor code, evaluated by :mod:`harness.strict`).
+    """
+
+    def __init__(self, enable_deferred: bool) -> None:
+        self.enable_deferred_decode_kv_release = enable_deferred
+        self.acks: dict[int, int | None] = {}  # None: not armed, acks are dropped (as the real tracker)
+
+    def register_deferred_abort_room(self, bootstrap_room: int) -> None:
+        self.acks[bootstrap_room] = 0
+
+    def note_abort_ack(self, bootstrap_room: int) -> None:
+        if self.acks.get(bootstrap_room) is not None:
+            self.acks[bootstrap_room] = (self.acks[bootstrap_room] or 0) + 1
+
+    def is_abort_release_safe(self, bootstrap_room: int, required_acks: int) -> bool:
+        return (self.acks.get(bootstrap_room) or 0) >= required_acks
+
+    def clear_deferred_abort_state(self, bootstrap_room: int) -> None:
+        self.acks.pop(bootstrap_room, None)
+
+
+@dataclass
+class Rank:
+    """One rank's real KV memory."""
+
+    kv: Any  # MHATokenToKVPool
+    req_to_token: Any  # ReqToTokenPool
+    allocator: Any  # PagedTokenToKVPoolAllocator
+    cache: Any  # ChunkCache
+    metadata: Any  # MetadataBuffers
+    slots: Any  # ReqToMetadataIdxAllocator
+
+    def reset(self) -> None:
+        """Back to a fresh rank's state (a new schedule of the search; never between requests of one)."""
+        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+        self.allocator.clear()
+        self.req_to_token.clear()
+        self.req_to_token.req_to_token.zero_()
+        for buf in (self.kv.get_key_buffer(0), self.kv.get_value_buffer(0)):
+            buf.zero_()
+        for name in _metadata_fields(self.metadata):
+            getattr(self.metadata, name).zero_()
+        self.slots = ReqToMetadataIdxAllocator(METADATA_SLOTS)
+        self.cache = _disabled_tree_cache(self.req_to_token, self.allocator)
+
+    def buffers(self) -> PagedBuffers:
+        return PagedBuffers([self.kv.get_key_buffer(0), self.kv.get_value_buffer(0)], PAGE)
+
+    def free_pages(self) -> set[int]:
+        pages = [self.allocator.free_pages]
+        if getattr(self.allocator, "release_pages", None) is not None:
+            pages.append(self.allocator.release_pages)
+        return {int(p) for t in pages for p in t.tolist()}
+
+    def pages_of(self, req: Any) -> set[int]:
+        """The pages the request's ``req_to_token`` row maps for everything allocated to it."""
+        return {s // PAGE for s in self.row(req, int(req.kv.kv_allocated_len))}
+
+    def row(self, req: Any, length: int) -> list[int]:
+        return [int(s) for s in self.req_to_token.req_to_token[req.kv.req_pool_idx, :length].tolist()]
+
+
+@functools.cache
+def _metadata_buffers_kwargs() -> dict[str, Any]:
+    import inspect
+
+    import torch
+    from sglang.srt.disaggregation.utils import MetadataBuffers
+
+    params = inspect.signature(MetadataBuffers).parameters
+    kwargs: dict[str, Any] = {"hidden_size": 8, "hidden_states_dtype": torch.float32}
+    if "max_sampling_mask_tokens" in params and params["max_sampling_mask_tokens"].default is inspect.Parameter.empty:
+        kwargs["max_sampling_mask_tokens"] = 0
+    return kwargs
+
+
+def _metadata_buffers(size: int) -> Any:
+    from sglang.srt.disaggregation.utils import MetadataBuffers
+
+    return MetadataBuffers(size=size, **_metadata_buffers_kwargs())
+
+
+# ---------------------------------------------------------------------------
+# Version adaptation: the tree cache a scheduler builds with the radix cache disabled
+# (the decode side of PD by default).
+#   ChunkCache(params)                                   (<= 0.5.21, mem_cache/chunk_cache.py)
+#   UnifiedRadixCache(params, disable=True, FULL only)   (0.5.22: registry.create_unified_radix_cache)
+# ---------------------------------------------------------------------------
+def _disabled_tree_cache(r2t: Any, allocator: Any) -> Any:
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+    params = {"disable": True, "req_to_token_pool": r2t, "token_to_kv_pool_allocator": allocator, "page_size": PAGE}
+    try:
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    except ImportError:
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        return UnifiedRadixCache(CacheInitParams(**params, tree_components=(ComponentType.FULL,)))
+    return ChunkCache(CacheInitParams(**params))
+
+
+def _rank() -> Rank:
+    import torch
+    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+    kv = MHATokenToKVPool(
+        size=POOL_TOKENS,
+        page_size=PAGE,
+        dtype=torch.float32,
+        head_num=1,
+        head_dim=2,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    r2t = ReqToTokenPool(size=REQ_ROWS, max_context_len=CONTEXT, device="cpu", enable_memory_saver=False)
+    allocator = PagedTokenToKVPoolAllocator(POOL_TOKENS, PAGE, torch.float32, "cpu", kv, need_sort=False)
+    cache = _disabled_tree_cache(r2t, allocator)
+    return Rank(kv, r2t, allocator, cache, _metadata_buffers(METADATA_SLOTS), ReqToMetadataIdxAllocator(METADATA_SLOTS))
+
+
+@dataclass
+class Read:
+    """What the fake attention read for one decode step of one request."""
+
+    rid: str
+    pages: list[int]
+    foreign: list[Foreign]
+    canaries: set[int]
+    canary_pages: dict[int, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Pair:
+    """A prefill rank and a decode rank wired through a loopback, fresh per scenario."""
+
+    kit: Kit
+    backend: str
+    prefill: Rank
+    decode: Rank
+    ledger: Ledger
+    manager: LoopbackManager
+    wire: Loopback = field(init=False)
+    senders: dict[int, LoopbackSender] = field(default_factory=dict)
+    receivers: dict[int, LoopbackReceiver] = field(default_factory=dict)
+    room_rid: dict[int, str] = field(default_factory=dict)
+    numbers: dict[str, int] = field(default_factory=dict)
+    dst_aux: dict[int, Any] = field(default_factory=dict)
+    decisions: list[str] = field(default_factory=list)
+    timed_out: set[int] = field(default_factory=set)
+    reads: list[Read] = field(default_factory=list)
+    acked: set[int] = field(default_factory=set)
+    acks_in_flight: list[int] = field(default_factory=list)
+    failed_rooms: set[int] = field(default_factory=set)
+    acks_failed_send: bool | None = None  # this build's Mooncake answer (pd_search), None: never asked
+    release_timeout_s: float = 30.0
+    clock: float = 0.0
+    waiting_timeout_s: float = 300.0
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def __post_init__(self) -> None:
+        self.wire = Loopback(
+            self.prefill.buffers(), self.decode.buffers(), self.ledger, on_last=self._landed, on_settled=self.settled
+        )
+        self.wire.decisions = self.decisions
+        self.aborted_rooms: set[int] = set()
+
+    # -- an ABORT reached the prefill rank: drop unposted chunks, ack once drained ---------
+    def abort_room(self, room: int) -> None:
+        self.aborted_rooms.add(room)
+        self.decisions.append(f"room {room}: decode's ABORT reached the prefill rank")
+        self.maybe_ack(room)
+
+    def maybe_ack(self, room: int) -> None:
+        """The prefill rank acks a drained abort once nothing it posted for the room is in flight.
+
+        The ack travels back asynchronously: it reaches decode at the next
+        :meth:`deliver_acks` (before decode's next poll), not inside the call that sent the ABORT.
+        """
+        drained = not self.wire.pending(room) or (room in self.failed_rooms and self.acks_failed_send is True)
+        if room in self.aborted_rooms and drained and room not in self.acked:
+            self.acked.add(room)
+            self.acks_in_flight.append(room)
+            self.decisions.append(f"room {room}: prefill acked the drain (no write in flight)")
+
+    def fail_send(self, write: Any) -> None:
+        """The transfer engine reports the room's send failed; the write itself may still be in flight."""
+        room = write.room
+        self.failed_rooms.add(room)
+        self.decisions.append(f"room {room}: send reported failed, decode told Failed; the write stays in flight")
+        if room in self.senders:
+            self.senders[room].state = "Failed"
+        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
+            self.receivers[room].state = "Failed"
+        self.maybe_ack(room)
+
+    def deliver_acks(self) -> None:
+        for room in self.acks_in_flight:
+            self.manager.note_abort_ack(room)
+        self.acks_in_flight.clear()
+
+    def settled(self, room: int) -> None:
+        """A held write of ``room`` landed or failed: the prefill rank may now ack a drain."""
+        self.maybe_ack(room)
+
+    # -- the wire's completion: the last chunk landed, metadata copied, both ends Success ----
+    def _landed(self, room: int) -> None:
+        sender = self.senders[room]
+        if sender.aborted:
+            return
+        src, dst = sender.aux_index, self.dst_aux.get(room)
+        for name in _metadata_fields(self.prefill.metadata):
+            getattr(self.decode.metadata, name)[dst] = getattr(self.prefill.metadata, name)[src]
+        sender.state = "Success"
+        receiver = self.receivers.get(room)
+        if receiver is not None and receiver.state == "Transferring":
+            receiver.state = "Success"
+
+    # -- requests ------------------------------------------------------------
+    def request(self, rid: str, prompt_len: int, *, max_new_tokens: int = 4) -> tuple[Any, Any]:
+        """The same client request as the prefill and the decode scheduler each receive it (two real ``Req``)."""
+        from array import array
+
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        room = FIRST_ROOM + len(self.room_rid)  # per pair: the same schedule gives the same rooms
+        self.room_rid[room] = rid
+        self.numbers[rid] = len(self.numbers) + 1
+        made = []
+        for _ in range(2):
+            made.append(
+                Req(
+                    rid=rid,
+                    origin_input_text="",
+                    origin_input_ids=array("q", range(prompt_len)),
+                    sampling_params=SamplingParams(max_new_tokens=max_new_tokens),
+                    bootstrap_host=BOOTSTRAP_HOST,
+                    bootstrap_port=BOOTSTRAP_PORT,
+                    bootstrap_room=room,
+                )
+            )
+        return made[0], made[1]
+
+    # -- the fake model ------------------------------------------------------
+    def prefill_fits(self, req: Any) -> bool:
+        """Whether the prefill pools can take the request now (the real scheduler would wait otherwise)."""
+        need = -(-len(req.origin_input_ids) // PAGE) * PAGE
+        return self.prefill.allocator.available_size() >= need and self.prefill.req_to_token.available_size() > 0
+
+    def prefill_forward(self, req: Any) -> None:
+        """Allocate the request's KV through the real pools and write its marker into every slot it got."""
+        import torch
+
+        length = len(req.origin_input_ids)
+        rank = self.prefill
+        rows = rank.req_to_token.alloc([req])
+        if rows is None:
+            raise RuntimeError("prefill request rows exhausted")
+        need = -(-length // PAGE) * PAGE
+        slots = rank.allocator.alloc(need)
+        if slots is None:
+            raise RuntimeError(f"prefill KV pool cannot hold {req.rid}'s {length} tokens")
+        # The whole last page stays the request's (a paged allocator hands out and frees whole pages).
+        rank.req_to_token.write((req.kv.req_pool_idx, slice(0, length)), slots[:length].to(torch.int32))
+        req.kv.kv_allocated_len = length
+        req.kv.kv_committed_len = length
+        set_scheduled_extent(req, 0, length)
+        value = float(marker(self.numbers[req.rid]))
+        for buf in (rank.kv.get_key_buffer(0), rank.kv.get_value_buffer(0)):
+            buf[slots[:length]] = value
+
+    def attend(self, req: Any) -> Read:
+        """The fake attention of one decode step: every slot req_to_token maps for the sequence, nothing else."""
+        seqlen = len(req.origin_input_ids) + max(len(req.output_ids) - 1, 0)
+        slots = self.decode.row(req, seqlen)
+        pages = sorted({s // PAGE for s in slots})
+        values = self.decode.kv.get_key_buffer(0)[slots, 0, 0].tolist() if slots else []
+        own = self.numbers[req.rid]
+        canary_pages: dict[int, set[int]] = {}
+        for slot, value in zip(slots, values, strict=True):
+            n = owner_of(value)
+            if n is not None and n != own:
+                canary_pages.setdefault(n, set()).add(slot // PAGE)
+        read = Read(
+            rid=req.rid,
+            pages=pages,
+            foreign=self.ledger.foreign(req.rid, pages),
+            canaries=set(canary_pages),
+            canary_pages={n: sorted(p) for n, p in canary_pages.items()},
+        )
+        self.reads.append(read)
+        return read
+
+    def note_decode_allocation(self, before: set[int], holder: str) -> list[int]:
+        """Pages the decode allocator handed out since ``before`` (a new generation each)."""
+        taken = sorted(before - self.decode.free_pages())
+        self.ledger.allocated(taken, holder)
+        return taken
+
+    def owner(self, number: int) -> str:
+        return next(rid for rid, n in self.numbers.items() if n == number)
+
+
+def _metadata_fields(buffers: Any) -> list[str]:
+    import torch
+
+    return [name for name, value in vars(buffers).items() if isinstance(value, torch.Tensor) and value.dim() >= 1]
+
+
+def _kv_class(pair: Pair) -> Any:
+    from sglang.srt.disaggregation.utils import KVClassType
+
+    def get_kv_class(backend: Any, kind: Any) -> Any:
+        if kind == KVClassType.SENDER:
+            return lambda **kw: LoopbackSender(pair, **kw)
+        if kind == KVClassType.RECEIVER:
+            return lambda **kw: LoopbackReceiver(pair, **kw)
+        raise MissingFakeAttribute(f"the pair was asked for a {kind} of back end {backend}")
+
+    return get_kv_class
+
+
+def _backend(name: str) -> Any:
+    from sglang.srt.disaggregation.utils import TransferBackend
+
+    return TransferBackend(name)
+
+
+_MANAGERS = {
+    "mooncake": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
+    "nixl": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
+    "mori": ("sglang.srt.disaggregation.mori.conn", "MoriKVManager"),
+}
+
+
+_DEFERRED: dict[tuple[int, str], bool] = {}
+
+
+def _deferred_default(kit: Kit, backend: str) -> bool:
+    key = (id(kit), backend)
+    if key not in _DEFERRED:
+        _DEFERRED[key] = _evaluate_deferred_default(kit, backend)
+    return _DEFERRED[key]
+
+
+def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
+    """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code."""
+    import importlib
+
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+
+    module, name = _MANAGERS[backend]
+    cls = getattr(importlib.import_module(module), name)
+    manager = real_object(kit, cls, f"{backend} decode kv_manager", disaggregation_mode=DisaggregationMode.DECODE)
+    return bool(manager.enable_deferred_decode_kv_release)
+
+
+_RANKS: list[Rank] = []
+
+
+def build_pair(
+    kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False, force_deferred: bool = False
+) -> Pair:
+    """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout.
+
+    ``reuse_memory`` (the schedule search): the two ranks' real pools are built once per
+    process and reset to a fresh rank's state for each schedule (:meth:`Rank.reset`).
+    """
+    ensure_runtime()
+    from sglang.srt.environ import envs
+
+    if reuse_memory:
+        if not _RANKS:
+            _RANKS.extend((_rank(), _rank()))
+        for rank in _RANKS:
+            rank.reset()
+        prefill, decode = _RANKS
+    else:
+        prefill, decode = _rank(), _rank()
+    default = _deferred_default(kit, backend)
+    if force_deferred:
+        kit.forced_flag(f"{backend} decode kv_manager.enable_deferred_decode_kv_release", True, default, "", [])
+    manager = LoopbackManager(True if force_deferred else default)
+    pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
+    pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
+    return pair
+
+
+class VirtualTime:
+    """decode.py's ``time`` module with the pair's clock: deferred-release deadlines follow the lab's clock."""
+
+    def __init__(self, pair: Pair) -> None:
+        import time as real
+
+        self._pair, self._real, self._base = pair, real, real.monotonic()
+
+    def monotonic(self) -> float:
+        return self._base + self._pair.clock
+
+    def time(self) -> float:
+        return self._base + self._pair.clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _cpu_extend_kernel() -> Any:
+    """The paged allocator's GPU (triton) extend kernel, answered by the build's own CPU reference of it."""
+    from sglang.srt.mem_cache.allocator import paged
+
+    class Launch:
+        def __getitem__(self, grid: Any) -> Any:
+            def run(prefix: Any, seq: Any, last: Any, free: Any, out: Any, _bs2: int, page: int) -> None:
+                paged.alloc_extend_naive(prefix, seq, last, free, out, page, out.device)
+
+            return run
+
+    return Launch()
+
+
+class OneRank:
+    """``torch.distributed`` as a one-rank group answers it, without the gloo round trip.
+
+    The pair is one prefill rank and one decode rank (tensor parallel 1): every
+    all-reduce of poll states or hold flags is over a group of one, whose result is the
+    input. The schedule search uses this (a real gloo all-reduce costs ~1.6 ms a call);
+    the probes keep the real single-rank gloo group.
+    """
+
+    def __init__(self) -> None:
+        import torch.distributed as real
+
+        self._real = real
+
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
+        if async_op:
+            raise MissingFakeAttribute("an asynchronous all-reduce was asked of the one-rank group")
+
+    def get_world_size(self, group: Any = None) -> int:
+        return 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def one_rank_collectives() -> Iterator[None]:
+    """The disaggregation modules' ``dist`` answered by :class:`OneRank` (see there)."""
+    from sglang.srt.disaggregation import decode, prefill, utils
+
+    with contextlib.ExitStack() as stack:
+        for module in (utils, decode, prefill):
+            if hasattr(module, "dist"):
+                stack.enter_context(swapped(module, "dist", OneRank()))
+        yield
+
+
+@contextlib.contextmanager
+def wired(pair: Pair) -> Iterator[None]:
+    """The back end's classes answered by the loopback where both queue modules look them up.
+
+    Also: the paged allocator's triton kernel replaced by the build's ``alloc_extend_naive``
+    (the same allocation on a CPU; 0.5.22+ take that path themselves without triton).
+    """
+    from sglang.srt.disaggregation import decode, prefill
+    from sglang.srt.mem_cache.allocator import paged
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
+        stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
+        stack.enter_context(swapped(paged, "alloc_extend_kernel", _cpu_extend_kernel()))
+        stack.enter_context(swapped(decode, "time", VirtualTime(pair)))
+        yield
