@@ -44,6 +44,9 @@ from harness.pd_sides import decode_side, prefill_side
 PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
 PROMPT = 8  # two pages each
+# The pair plays the Mooncake role (a failed send's drain ack comes from the build's real Mooncake transfer
+# worker), so its fields are Mooncake's (``mooncake:failed_send.leaked``).
+BACKEND = "mooncake"
 
 MACHINERY = Machinery(
     "decode transfer queue", "sglang.srt.disaggregation.decode", "DecodeTransferQueue.pop_transferred"
@@ -57,7 +60,7 @@ ORDERING = (
 
 
 def _race(kit: Kit, *, abort: bool, fail: bool, force_deferred: bool = False) -> dict[str, Any]:
-    pair: Pair = build_pair(kit, "mooncake", force_deferred=force_deferred)
+    pair: Pair = build_pair(kit, BACKEND, force_deferred=force_deferred)
     pair.acks_failed_send = _failed_send_acks(kit, "mooncake") if fail else None
     with wired(pair):
         flow = Flow(
@@ -121,4 +124,4 @@ def observe(kit: Kit) -> dict[str, Any]:
         ("clean", False, False, False),
     ):
         fields |= {f"{name}.{k}": v for k, v in _race(kit, abort=abort, fail=fail, force_deferred=forced).items()}
-    return fields
+    return kit.on_backend(BACKEND, fields)
