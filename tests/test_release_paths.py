@@ -161,9 +161,9 @@ def test_an_aborted_final_result_with_bootstrap_pending_is_retired(observed, rel
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_hicache_storage_is_forced_and_reported_with_the_builds_default(observed, release) -> None:
-    """0.5.20 tells the cache about the abort only with hicache storage on; the probe says it forced it."""
+    """0.5.20 tells the cache about the abort only with hicache storage on; forced, on the built scheduler."""
     forced = observed[("pr36988_retire_aborted", release)].forced
-    (flag,) = [f for f in forced if f["attribute"] == "Scheduler.enable_hicache_storage"]
+    (flag,) = [f for f in forced if f["attribute"] == "scheduler.enable_hicache_storage"]
     assert flag["value"] is True and flag["build_default"] is False
     assert "hicache_storage_backend" in flag["from"]
 
