@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -170,6 +171,189 @@ def test_a_cached_wheel_with_the_wrong_hash_is_named_as_such(cache: Path) -> Non
     message = str(caught.value)
     assert f"the cached wheel {cache / 'wheels' / WHEEL} has sha256" in message
     assert "could not download" not in message
+
+
+def same_size_edit(path: Path, text: str) -> None:
+    """An edit that keeps the file's size, mode and inode and puts its mtime back: only the ctime moves.
+
+    The ctime is the kernel's: nobody can set it back.
+    """
+    before = path.stat()
+    assert len(text.encode()) == before.st_size
+    edit(path, text)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    path.chmod(before.st_mode & 0o7777)
+    path.parent.chmod(0o555)
+    after = path.stat()
+    kept = ("st_size", "st_mtime_ns", "st_ino", "st_mode")
+    assert [getattr(after, k) for k in kept] == [getattr(before, k) for k in kept]
+
+
+REVERTED = FILES[DECODE].replace("req.finished = True", "req.finished = 0   ")
+"""The fix reverted in as many bytes."""
+
+
+def test_an_edit_that_keeps_the_size_and_the_mtime_is_caught(cache: Path) -> None:
+    root = backend(cache).release(VERSION).root
+    backend(cache).release(VERSION)  # a later run: the fresh tree hashed once more, no file racy now
+    same_size_edit(root / DECODE, REVERTED)
+    said: list[str] = []
+    backend(cache, said=said).release(VERSION)
+    assert len(said) == 1 and f"{DECODE} (content differs from the wheel)" in said[0], said
+    assert (root / DECODE).read_text() == FILES[DECODE]
+
+
+def test_an_edit_between_the_hashing_and_the_signature_of_an_unpack_is_caught(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signature is taken after the tree is made read-only; an edit just before, in the same clock tick."""
+    real = tree.make_read_only
+
+    def edit_then_make_read_only(root: Path) -> None:
+        same_size_edit(root / DECODE, REVERTED)
+        real(root)
+
+    monkeypatch.setattr(tree, "make_read_only", edit_then_make_read_only)
+    root = backend(cache).release(VERSION).root
+    monkeypatch.setattr(tree, "make_read_only", real)
+    said: list[str] = []
+    backend(cache, said=said).release(VERSION)  # the next run
+    assert len(said) == 1 and f"{DECODE} (content differs from the wheel)" in said[0], said
+    assert (root / DECODE).read_text() == FILES[DECODE]
+
+
+def test_an_edit_while_the_tree_is_being_hashed_is_caught_by_the_next_check(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = backend(cache).release(VERSION).root
+    backend(cache).release(VERSION)
+    os.utime(root / "sglang" / "version.py")  # the signature moves: the next check hashes every file
+    real = tree.hash_file
+
+    def hash_then_edit(path: Path) -> str:
+        digest = real(path)
+        if path == root / DECODE and path.read_text() == FILES[DECODE]:
+            same_size_edit(path, REVERTED)  # just after its hash was taken
+        return digest
+
+    monkeypatch.setattr(tree, "hash_file", hash_then_edit)
+    said: list[str] = []
+    backend(cache, said=said).release(VERSION)
+    assert said == []  # this check hashed it before the edit
+    monkeypatch.setattr(tree, "hash_file", real)
+    backend(cache, said=said).release(VERSION)  # the next run
+    assert len(said) == 1 and f"{DECODE} (content differs from the wheel)" in said[0], said
+    assert (root / DECODE).read_text() == FILES[DECODE]
+
+
+def test_a_file_added_while_a_racy_tree_is_rehashed_is_named(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh unpack is racy as a whole; a file added between the check's two looks is not let in."""
+    root = backend(cache).release(VERSION).root
+    real = tree.filesystem_now
+
+    added: list[Path] = []
+
+    def add_then_read_the_clock(folder: Path) -> int:
+        if not added:  # once: the unpack that repairs the tree reads the clock too
+            (root / "sglang" / "srt").chmod(0o755)
+            added.append(root / "sglang" / "srt" / "evil.py")
+            added[0].write_text("import os\n")
+        return real(folder)
+
+    monkeypatch.setattr(tree, "filesystem_now", add_then_read_the_clock)
+    said: list[str] = []
+    backend(cache, said=said).release(VERSION)
+    assert len(said) == 1 and "sglang/srt/evil.py (added)" in said[0], said
+    assert not (root / "sglang" / "srt" / "evil.py").exists()
+
+
+def test_a_failed_unpack_leaves_the_changed_tree_refused_at_every_later_use(cache: Path) -> None:
+    root = backend(cache).release(VERSION).root
+    wheel = cache / "wheels" / WHEEL
+    kept = wheel.read_bytes()
+    same_size_edit(root / DECODE, REVERTED)
+    wheel.unlink()  # the wheel is gone and the registry unreachable: the tree cannot be unpacked again
+    pinned = ReleasePin(VERSION, WHEEL, hashlib.sha256(kept).hexdigest())
+    for _run in range(2):
+        said: list[str] = []
+        with pytest.raises(SourceError, match="could not download"):
+            ReleaseSource({VERSION: pinned}, cache=cache, say=said.append).release(VERSION)
+        assert len(said) == 1 and f"{DECODE} (content differs from the wheel)" in said[0], said
+    wheel.write_bytes(kept)
+    said = []
+    ReleaseSource({VERSION: pinned}, cache=cache, say=said.append).release(VERSION)
+    assert len(said) == 1 and (root / DECODE).read_text() == FILES[DECODE]
+
+
+def _relist(root: Path, rel: str, text: str) -> None:
+    """Rewrite the listing so that it agrees with an edited file (the manifest's digest does not)."""
+    path = tree.listing_path(root)
+    lines = path.read_text().splitlines(keepends=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    path.write_text("".join(f"{digest}  {rel}\n" if line.endswith(f"  {rel}\n") else line for line in lines))
+
+
+def test_a_listing_edited_to_agree_with_an_edited_file_is_not_trusted(cache: Path) -> None:
+    root = backend(cache).release(VERSION).root
+    same_size_edit(root / DECODE, REVERTED)
+    _relist(root, DECODE, REVERTED)
+    said: list[str] = []
+    again = backend(cache, said=said).release(VERSION)
+    assert len(said) == 1 and f"{DECODE} (content differs from the wheel)" in said[0], said
+    assert (root / DECODE).read_text() == FILES[DECODE]
+    assert hashlib.sha256(tree.listing_path(root).read_bytes()).hexdigest() == again.identity["tree_sha256"]
+
+
+def test_a_symlink_in_place_of_a_listed_file_is_named(cache: Path, tmp_path: Path) -> None:
+    root = backend(cache).release(VERSION).root
+    (tmp_path / "decode.py").write_text(FILES[DECODE])  # the same bytes, elsewhere
+    (root / DECODE).parent.chmod(0o755)
+    (root / DECODE).unlink()
+    (root / DECODE).symlink_to(tmp_path / "decode.py")
+    said: list[str] = []
+    backend(cache, said=said).release(VERSION)
+    assert len(said) == 1 and f"{DECODE} (not a regular file)" in said[0], said
+    assert not (root / DECODE).is_symlink() and (root / DECODE).read_text() == FILES[DECODE]
+
+
+def test_a_record_entry_the_wheel_lacks_and_a_file_record_does_not_list_are_refused(cache: Path) -> None:
+    lacking = {k: v for k, v in FILES.items() if k != "sglang/version.py"}
+    build_wheel(cache / "wheels" / WHEEL, lacking, record=FILES)
+    with pytest.raises(SourceError, match=r"sglang/version.py \(listed in RECORD, not in the wheel\)"):
+        backend(cache).release(VERSION)
+    build_wheel(cache / "wheels" / WHEEL, {**FILES, "sglang/srt/extra.py": "import os\n"}, record=FILES)
+    with pytest.raises(SourceError, match="does not match its RECORD: sglang/srt/extra.py"):
+        backend(cache).release(VERSION)
+    assert not any((cache / "sources").glob("**/*.py"))
+
+
+@pytest.mark.parametrize(
+    "member",
+    ["sglang/../evil.py", "sglang/srt/../../../../evil.py", "sglang/srt/..\\..\\evil.py"],
+    ids=["parent", "deep-parent", "backslash"],
+)
+def test_a_member_name_leading_out_of_the_tree_is_refused(cache: Path, member: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile itself lets such names be written
+        build_wheel(cache / "wheels" / WHEEL, {**FILES, member: "import os\n"})
+    with pytest.raises(SourceError, match=f"unsafe member {re.escape(repr(member))}"):
+        backend(cache).release(VERSION)
+    assert not list(cache.parent.rglob("evil.py")) and not any((cache / "sources").glob("**/*.py"))
+
+
+def test_a_member_twice_in_the_wheel_is_refused_by_name(cache: Path) -> None:
+    path = cache / "wheels" / WHEEL
+    build_wheel(path, FILES)
+    import warnings
+
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "a") as zf:
+        warnings.simplefilter("ignore")  # "Duplicate name": zipfile writes it all the same
+        zf.writestr(DECODE, "def retire(req):\n    pass\n")
+    with pytest.raises(SourceError, match=f"{DECODE!r} is in the wheel more than once"):
+        backend(cache).release(VERSION)
+    assert not any((cache / "sources").glob("**/*.py"))
 
 
 # -- git worktrees: the same check, by git ---------------------------------------------------------------

@@ -6,15 +6,24 @@ Unpacking hashes every file while it is written and compares it with the wheel's
 
 - ``<tree>.SHA256SUMS``: the tree's own ``sha256sum`` listing (``<hex>  <path>`` lines, sorted
   bytewise); ``cd <tree> && sha256sum -c ../<tree>.SHA256SUMS`` checks it without difflab;
-- ``<tree>.tree.json``: the wheel's sha256, the **tree digest** (the sha256 of that listing) and
-  the digest of every file's stat signature (path, inode, size, mtime, ctime) taken after the
-  tree was made read-only.
+- ``<tree>.tree.json``: the wheel's sha256, the **tree digest** (the sha256 of that listing),
+  the digest of every file's stat signature (path, type, inode, size, mtime, ctime) and
+  ``verified_ns``: the filesystem's clock just before the files were last hashed.
 
 Before a tree is used, every file is ``lstat``-ed and the signature digest recomputed: tens of
-milliseconds, where hashing the ~100 MB tree takes ~0.2 s. Only when it moved (an edit, a
-touch, a hard-linked copy, which changes every ctime) is every file hashed and compared with the
-listing; a changed, added or removed file is named, and the caller unpacks the tree again from
-the verified wheel. Anyone can recompute the tree digest::
+milliseconds, where hashing the ~130 MB tree takes ~0.6 s (``bench/bench_tree_check.py``).
+When it moved (an edit, a touch, a hard-linked copy, which changes every ctime) every file is
+hashed and compared with the listing. An edit that keeps the size and puts the mtime back
+still moves the ctime, which nobody but the kernel sets; but the ctime is stamped from a clock
+that ticks only every few milliseconds (seconds on some filesystems), so an edit in the same
+tick as the signature was taken would leave it unchanged. So, as git does for its index, a
+file whose ctime is not older than ``verified_ns`` is *racy*: its content is hashed at the next
+check even when the signature agrees, and the manifest is rewritten only with a signature
+taken before that hashing began. A fresh unpack is racy as a whole (it was made read-only
+after it was hashed), so the first check after it hashes every file once. A changed, added or
+removed file is named, and the caller unpacks the tree again from the verified wheel; the
+manifest keeps the signature of the tree as it was last verified, never the changed one's.
+Anyone can recompute the tree digest::
 
     cd <tree> && find sglang -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum
 
@@ -31,8 +40,9 @@ import io
 import json
 import os
 import stat
+import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,13 +104,35 @@ def walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
                     yield entry.path[cut:], entry.stat(follow_symlinks=False)
 
 
+def _signature_line(rel: str, st: os.stat_result) -> str:
+    return f"{rel}\0{st.st_mode}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n"
+
+
+def scan(tree: Path, since_ns: int) -> tuple[str, list[tuple[str, os.stat_result]]]:
+    """The signature digest, and the entries whose ctime is not older than ``since_ns`` (racy)."""
+    lines: list[str] = []
+    racy: list[tuple[str, os.stat_result]] = []
+    for rel, st in walk(tree):
+        lines.append(_signature_line(rel, st))
+        if st.st_ctime_ns >= since_ns:
+            racy.append((rel, st))
+    digest = hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape")).hexdigest()
+    return digest, racy
+
+
 def signature_digest(tree: Path) -> str:
     """One digest over every entry's path, type, inode, size, mtime and ctime: moves if anything does."""
-    lines = sorted(
-        f"{rel}\0{st.st_mode}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n"
-        for rel, st in walk(tree)
-    )
-    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+    return scan(tree, 1 << 62)[0]
+
+
+def filesystem_now(folder: Path) -> int:
+    """The time the filesystem of ``folder`` stamps on a change now (its own clock and granularity)."""
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".clock-")
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name)
 
 
 def hash_file(path: Path) -> str:
@@ -120,70 +152,130 @@ class TreeCheck:
         return not self.changed
 
 
-def compare(tree: Path, expected: Mapping[str, str]) -> list[str]:
-    """Hash every file of the tree; name each one that differs from ``expected``, is added or is missing."""
+@dataclass(frozen=True)
+class Manifest:
+    """``<tree>.tree.json``: what the tree was when its files were last hashed and found intact."""
+
+    digest: str
+    wheel_sha256: str
+    signature: str
+    verified_ns: int
+    """Files whose ctime is not older than this may have changed after they were hashed."""
+
+
+def _differs(tree: Path, rel: str, st: os.stat_result, expected: Mapping[str, str]) -> str | None:
+    if rel not in expected:
+        return f"{rel} (added)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{rel} (not a regular file)"
+    if hash_file(tree / rel) != expected[rel]:
+        return f"{rel} (content differs from the wheel)"
+    return None
+
+
+def compare(
+    tree: Path, expected: Mapping[str, str], only: Iterable[tuple[str, os.stat_result]] | None = None
+) -> list[str]:
+    """Hash every file of the tree (or ``only`` these); name each that differs, is added or is missing."""
     changed: list[str] = []
     seen: set[str] = set()
     try:
-        for rel, st in walk(tree):
+        for rel, st in walk(tree) if only is None else only:
             seen.add(rel)
-            if rel not in expected:
-                changed.append(f"{rel} (added)")
-            elif not stat.S_ISREG(st.st_mode):
-                changed.append(f"{rel} (not a regular file)")
-            elif hash_file(tree / rel) != expected[rel]:
-                changed.append(f"{rel} (content differs from the wheel)")
+            if (why := _differs(tree, rel, st, expected)) is not None:
+                changed.append(why)
     except OSError as exc:
         changed.append(f"{exc.filename or tree} (unreadable: {exc.strerror})")
-    changed += [f"{rel} (removed)" for rel in set(expected) - seen]
+    if only is None:
+        changed += [f"{rel} (removed)" for rel in set(expected) - seen]
     return sorted(changed)
 
 
 def record(tree: Path, hashes: Mapping[str, str], wheel_sha256: str) -> str:
-    """Make the tree read-only and write its listing and manifest beside it; returns the tree digest."""
+    """Make the tree read-only and write its listing and manifest beside it; returns the tree digest.
+
+    ``hashes`` were taken before this call, so the clock is read before the tree is made
+    read-only: every file is then racy, and the first check hashes them again.
+    """
+    verified_ns = filesystem_now(tree.parent)
     make_read_only(tree)
     data = listing(hashes)
     digest = hashlib.sha256(data).hexdigest()
     write_atomic(listing_path(tree), data)
-    _write_manifest(tree, digest, wheel_sha256)
+    _write_manifest(tree, Manifest(digest, wheel_sha256, signature_digest(tree), verified_ns))
     return digest
 
 
-def _write_manifest(tree: Path, digest: str, wheel_sha256: str) -> None:
+def _write_manifest(tree: Path, manifest: Manifest) -> None:
     document = {
         "schema": MANIFEST_SCHEMA,
-        "wheel_sha256": wheel_sha256,
-        "tree_sha256": digest,
-        "signature_sha256": signature_digest(tree),
+        "wheel_sha256": manifest.wheel_sha256,
+        "tree_sha256": manifest.digest,
+        "signature_sha256": manifest.signature,
+        "verified_ns": manifest.verified_ns,
     }
     write_atomic(manifest_path(tree), json.dumps(document, sort_keys=True) + "\n")
+
+
+def read_manifest(tree: Path, wheel_sha256: str) -> Manifest | None:
+    """The tree's manifest if it is there, readable and of ``wheel_sha256``.
+
+    One written before ``verified_ns`` existed says nothing of when its files were hashed:
+    every file is racy.
+    """
+    try:
+        doc = json.loads(manifest_path(tree).read_text(encoding="utf-8"))
+        if doc.get("schema") != MANIFEST_SCHEMA or doc.get("wheel_sha256") != wheel_sha256:
+            return None
+        verified_ns = doc.get("verified_ns", 0)
+        if not isinstance(verified_ns, int) or isinstance(verified_ns, bool):
+            return None
+        return Manifest(str(doc["tree_sha256"]), wheel_sha256, str(doc["signature_sha256"]), verified_ns)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _unreadable(tree: Path, exc: OSError) -> str:
+    return f"{exc.filename or tree} (unreadable: {exc.strerror})"
 
 
 def check(tree: Path, wheel_sha256: str) -> TreeCheck | None:
     """The tree's digest and what changed in it; None if it has no usable manifest (check it another way).
 
-    When only signatures moved and every file still matches the listing, the manifest takes the
-    new signatures, so the next check is cheap again.
+    Cheap when the signature agrees and no file is racy; otherwise the files are hashed
+    (:func:`_rehash`).
     """
-    try:
-        manifest = json.loads(manifest_path(tree).read_text(encoding="utf-8"))
-        digest, known = str(manifest["tree_sha256"]), str(manifest["signature_sha256"])
-        if manifest.get("schema") != MANIFEST_SCHEMA or manifest.get("wheel_sha256") != wheel_sha256:
-            return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    manifest = read_manifest(tree, wheel_sha256)
+    if manifest is None:
         return None
     try:
-        if signature_digest(tree) == known:
-            return TreeCheck(digest, ())
+        signature, racy = scan(tree, manifest.verified_ns)
     except OSError as exc:
-        return TreeCheck(digest, (f"{exc.filename or tree} (unreadable: {exc.strerror})",))
-    expected = read_listing(tree, digest)
+        return TreeCheck(manifest.digest, (_unreadable(tree, exc),))
+    if signature == manifest.signature and not racy:
+        return TreeCheck(manifest.digest, ())
+    return _rehash(tree, manifest, racy if signature == manifest.signature else None)
+
+
+def _rehash(tree: Path, manifest: Manifest, only: list[tuple[str, os.stat_result]] | None) -> TreeCheck | None:
+    """Hash the tree's files (``only`` the racy ones, while the signature still agrees) against the listing.
+
+    The clock and the signature are read before any file is hashed, and only those go into
+    the manifest, and only if nothing changed: a file edited while it is being hashed, or
+    after, moves the signature or is racy at the next check.
+    """
+    expected = read_listing(tree, manifest.digest)
     if expected is None:
         return None
-    changed = compare(tree, expected)
+    verified_ns = filesystem_now(tree.parent)
+    try:
+        signature, _ = scan(tree, verified_ns)
+    except OSError as exc:
+        return TreeCheck(manifest.digest, (_unreadable(tree, exc),))
+    changed = compare(tree, expected, only if signature == manifest.signature else None)
     if not changed:
-        _write_manifest(tree, digest, wheel_sha256)
-    return TreeCheck(digest, tuple(changed))
+        _write_manifest(tree, Manifest(manifest.digest, manifest.wheel_sha256, signature, verified_ns))
+    return TreeCheck(manifest.digest, tuple(changed))
 
 
 def read_listing(tree: Path, digest: str) -> dict[str, str] | None:
@@ -219,17 +311,26 @@ def extract(zf: zipfile.ZipFile, wheel: str, into: Path) -> dict[str, str]:
             continue
         if name.startswith("/") or ".." in Path(name).parts or "\\" in name:
             raise SourceError(f"{wheel}: unsafe member {name!r}")
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
-        with zf.open(info) as src, open(target, "xb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                digest.update(chunk)
-                dst.write(chunk)
-        written[name] = digest.hexdigest()
+        if name in written:  # which copy an installer keeps is its own choice: neither can be trusted
+            raise SourceError(f"{wheel}: member {name!r} is in the wheel more than once; refusing to use it")
+        try:
+            written[name] = _write_member(zf, info, into / name)
+        except OSError as exc:
+            raise SourceError(f"{wheel}: cannot unpack member {name!r}: {exc.strerror}") from None
     bad = sorted(n for n in written if expected.get(n) != written[n])
     bad += sorted(f"{n} (listed in RECORD, not in the wheel)" for n in set(expected) - set(written))
     if bad:
         shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         raise SourceError(f"{wheel}: content does not match its RECORD: {shown}; refusing to use it")
     return written
+
+
+def _write_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> str:
+    """Write one member to a new file, hashing as it streams; returns its sha256."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with zf.open(info) as src, open(target, "xb") as dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            digest.update(chunk)
+            dst.write(chunk)
+    return digest.hexdigest()
