@@ -7,6 +7,7 @@ The index is a real one: PEP 503/691 pages served over ``http.server`` on loopba
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -246,9 +247,43 @@ def test_the_committed_lock_agrees_with_the_matrix() -> None:
     agree_with_matrix(lock, matrix.releases, matrix.path)
     for version, pin in matrix.releases.items():
         assert (lock.releases[version].file, lock.releases[version].sha256) == (pin.file, pin.sha256)
-    lock.releases["0.5.21"] = type(lock.releases["0.5.21"])("0.5.21", pin.file, "0" * 64, "2026-12-01")
-    with pytest.raises(ConfigError, match="0.5.21 is pinned as"):
-        agree_with_matrix(lock, matrix.releases, matrix.path)
+    pinned = matrix.releases["0.5.21"]
+    genuine = lock.releases["0.5.21"]
+    for key, value in (("sha256", "0" * 64), ("file", pinned.file.replace("cp311-cp311", "cp312-cp312"))):
+        lock.releases["0.5.21"] = dataclasses.replace(genuine, **{key: value})
+        assert getattr(lock.releases["0.5.21"], key) != getattr(pinned, key)
+        other = "file" if key == "sha256" else "sha256"
+        assert getattr(lock.releases["0.5.21"], other) == getattr(pinned, other)  # one field differs, not both
+        with pytest.raises(ConfigError) as caught:
+            agree_with_matrix(lock, matrix.releases, matrix.path)
+        message = str(caught.value)
+        assert message.startswith(f"{lock.path}: release 0.5.21 is pinned differently")
+        assert f"releases.'0.5.21'.{key} is {value} there, {getattr(pinned, key)} in {matrix.path}" in message
+        assert message.count("releases.'0.5.21'.") == 1  # only the field that differs
+
+
+def test_contains_all_refuses_a_lock_whose_sha256_differs_from_the_matrix_pin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before any environment is built or any wheel fetched: exit 2, naming the lock, the field and both hashes."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(RELEASES + FIX)
+    pins = load_matrix(matrix).releases
+    lock = tmp_path / "releases.lock"
+    entries = "".join(
+        f'[releases."{v}"]\nfile = "{p.file}"\nsha256 = "{"0" * 64 if v == "0.5.21" else p.sha256}"\n'
+        'first_seen = "2026-12-01"\n'
+        for v, p in pins.items()
+    )
+    lock.write_text(f'schema = 1\npackage = "sglang"\n{entries}')
+    assert load_lock(lock).releases["0.5.21"].file == pins["0.5.21"].file  # a hash-only difference
+    out = tmp_path / "out"
+    args = ["contains", "--all", "--matrix", str(matrix), "--lock-file", str(lock), "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: release 0.5.21 is pinned differently" in err
+    assert f"releases.'0.5.21'.sha256 is {'0' * 64} there, {pins['0.5.21'].sha256} in {matrix}" in err
+    assert "0.5.20" not in err and not out.exists()  # the agreeing release is not named; nothing written
 
 
 def test_releases_command_locks_then_refuses_a_changed_hash(

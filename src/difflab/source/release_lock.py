@@ -261,13 +261,24 @@ def pin_new(lock: ReleaseLock, report: LockReport, today: dt.date | None = None)
 
 
 def agree_with_matrix(lock: ReleaseLock, matrix_pins: Mapping[str, ReleasePin], matrix_path: Path) -> None:
-    """A release both pin must be pinned identically, or no verdict on it can be trusted."""
+    """A release both pin must be pinned identically, or no verdict on it can be trusted.
+
+    The lock is what ``contains --all`` downloads by; the matrix is what every other command
+    and every expectation stands on. Each differing field is named, in both files.
+    """
     for version, pin in matrix_pins.items():
         locked = lock.releases.get(version)
-        if locked is not None and (locked.file, locked.sha256) != (pin.file, pin.sha256):
+        if locked is None:
+            continue
+        differing = [key for key in ("file", "sha256") if getattr(locked, key) != getattr(pin, key)]
+        if differing:
+            shown = "; ".join(
+                f"releases.{version!r}.{key} is {getattr(locked, key)} there, {getattr(pin, key)} in {matrix_path}"
+                for key in differing
+            )
             raise ConfigError(
-                f"{lock.path}: release {version} is pinned as {locked.file} sha256 {locked.sha256}, "
-                f"but {matrix_path} pins {pin.file} sha256 {pin.sha256}"
+                f"{lock.path}: release {version} is pinned differently from the matrix ({shown}); "
+                "review which wheel is the right one before any verdict on it is trusted"
             )
 
 
