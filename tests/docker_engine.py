@@ -10,16 +10,24 @@ persists under ``$DIFFLAB_CACHE/dockerd/<driver>`` so the probe image is built o
 test session (``DIFFLAB_DOCKERD_EPHEMERAL=1``: a throw-away data root instead); a second
 concurrent session finds it locked and uses a throw-away one. Nothing is installed here: no
 ``dockerd`` means the tests are skipped with that reason.
+
+An own daemon dies with the test process, however that dies: it runs in its own session (a
+Ctrl-C in the terminal is the test run's to handle, not the daemon's) but is started with
+``PR_SET_PDEATHSIG`` = SIGTERM, so a killed (even SIGKILLed) test run takes it down, and a
+daemon that receives SIGTERM stops its containers and its ``containerd`` before it exits.
+``tests/test_docker_engine.py`` kills test runs mid-way and checks that nothing is left.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +38,25 @@ from difflab.paths import cache_root
 
 DRIVERS = ("overlay2", "vfs")
 START_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1
+"""From ``<linux/prctl.h>``: the signal a process gets when the thread that started it dies."""
+
+
+def dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies, also if it died before this ran.
+
+    The signal follows the *thread* that forked; the engine is started from the test run's
+    main thread (fixtures run there), which lives as long as the run.
+    """
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            os._exit(126)  # without the guarantee the daemon must not start at all
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(126)
+
+    return arm
 
 
 @dataclass
@@ -136,7 +163,9 @@ def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tup
             f"--pidfile={folder / 'd.pid'}",
         ]
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with(os.getpid())
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         answered = None
         while time.monotonic() < deadline and proc.poll() is None:
