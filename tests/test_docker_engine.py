@@ -135,5 +135,5 @@ def test_a_killed_test_run_leaves_no_engine_behind(needs_dockerd: str, tmp_path:
         if run.poll() is None:
             run.kill()
             run.wait()
-        for pid in (p for p in left if _stat(p)):  # a failed check must not leave them running either
+        for pid in {q for p in left for q in _tree(p)}:  # a failed check must not leave them running either
             os.kill(pid, signal.SIGKILL)
