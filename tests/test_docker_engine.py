@@ -8,6 +8,7 @@ the daemon is starting, and while it is up. Then the daemon and every process un
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -136,4 +137,5 @@ def test_a_killed_test_run_leaves_no_engine_behind(needs_dockerd: str, tmp_path:
             run.kill()
             run.wait()
         for pid in {q for p in left for q in _tree(p)}:  # a failed check must not leave them running either
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
