@@ -1,15 +1,23 @@
-"""Backport verdicts and git evidence wording, on synthetic observations (fast)."""
+"""Backport verdicts and git evidence: the wording on synthetic observations, and the evidence itself
+gathered from real git repositories (an upstream with a squash-merged fix, a fork that cherry-picks,
+reverts or re-implements it).
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
+import git
 import pytest
 
-from difflab.backport.evidence import Evidence, disagreements
+from difflab.backport.evidence import Evidence, disagreements, gather
 from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
+from difflab.source.mirror import Mirror
 from matrix_samples import RELEASES
 
 MATRIX = (
@@ -83,6 +91,7 @@ def test_untrustworthy_observations_are_errors(fix) -> None:
 
 
 def test_disagreements_between_evidence_and_behaviour() -> None:
+    """Each kind of evidence as gather() leaves it: the fix commit itself, a patch-equivalent only, neither."""
     claims = Evidence(
         version="0.5.21",
         first_release_with_fix="0.5.21",
@@ -90,9 +99,196 @@ def test_disagreements_between_evidence_and_behaviour() -> None:
         ancestor=False,
         patch_equivalent=False,
     )
-    assert any("version string 0.5.21" in d for d in disagreements("absent", claims))
-    reverted = Evidence(fix_commit="c" * 40, ancestor=True, patch_equivalent=True)
-    assert any("reverted" in d for d in disagreements("partial", reverted))
-    assert disagreements("present", reverted) == []
+    assert disagreements("absent", claims) == [
+        "the version string 0.5.21 claims release 0.5.21 (which carries the fix), but the behaviour is absent"
+    ]
+    itself = Evidence(fix_commit="c" * 40, ancestor=True, patch_equivalent=True, equivalent_commits=["c" * 40])
+    assert disagreements("partial", itself) == [
+        f"the fix commit {'c' * 40} is in the history, but the behaviour is partial: reverted or changed later?"
+    ]
+    assert disagreements("present", itself) == []
+    picked = Evidence(fix_commit="c" * 40, ancestor=False, patch_equivalent=True, equivalent_commits=["d" * 40])
+    assert disagreements("absent", picked) == [
+        f"a patch-equivalent commit ({'d' * 12}) is in the history, but the behaviour is absent"
+    ]
+    assert disagreements("present", picked) == []  # a cherry-pick is not a re-implementation
     reimplemented = Evidence(ancestor=False, patch_equivalent=False)
-    assert any("re-implemented" in d for d in disagreements("present", reimplemented))
+    (note,) = disagreements("present", reimplemented)
+    assert "re-implemented" in note
+    assert disagreements("absent", reimplemented) == []
+    unknown = Evidence(ancestor=None, patch_equivalent=None, notes=["git could not answer: fatal: bad object"])
+    assert disagreements("present", unknown) == [] and disagreements("absent", unknown) == []
+    scan_cut_short = Evidence(ancestor=False, patch_equivalent=None)
+    assert disagreements("present", scan_cut_short) == []
+
+
+# -- git evidence from real repositories ----------------------------------------------------------------
+
+DECODE = "python/sglang/srt/disaggregation/decode.py"
+BASE_CODE = "def retire(req):\n    req.pending = True\n\n\ndef admit(req):\n    return True\n"
+FIXED_CODE = BASE_CODE.replace("    req.pending = True\n", "    req.pending = False\n    req.finished = True\n")
+OWN_CODE = BASE_CODE.replace(
+    "    req.pending = True\n", "    req.finished = True  # our own way\n    req.pending = 0\n"
+)
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PATH": os.environ["PATH"],
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@dataclass
+class Histories:
+    """An upstream with #38935 squash-merged, and a fork whose branches carry it in every way git can tell."""
+
+    upstream: Path
+    fork: Path
+    base: str
+    fix: str
+    commits: dict[str, str]
+    """Branch -> the commit that matters on it (the cherry-pick, the revert, ...)."""
+
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory: pytest.TempPathFactory) -> Histories:
+    root = tmp_path_factory.mktemp("histories")
+    up = root / "upstream"
+    _git(root, "init", "-q", "-b", "main", str(up))
+    base = _commit(up, "Release 0.5.20", {DECODE: BASE_CODE, "python/sglang/version.py": '__version__ = "0.5.20"\n'})
+    fix = _commit(up, "Retire rejected requests at the prefill door (#38935)", {DECODE: FIXED_CODE})
+    _commit(up, "Unrelated upstream work (#39000)", {"python/sglang/other.py": "x = 1\n"})
+    fork = root / "fork"
+    _git(root, "clone", "-q", str(up), str(fork))
+    commits: dict[str, str] = {}
+    _git(fork, "checkout", "-q", "-b", "cherry", base)
+    _git(fork, "cherry-pick", "-x", fix)
+    commits["cherry"] = _git(fork, "rev-parse", "HEAD")
+    _commit(fork, "Fork: our own tweak", {"python/sglang/fork.py": "FORK = True\n"})
+    _git(fork, "checkout", "-q", "-b", "cherry-revert")
+    _git(fork, "revert", "--no-edit", commits["cherry"])
+    commits["cherry-revert"] = _git(fork, "rev-parse", "HEAD")
+    _git(fork, "checkout", "-q", "-b", "merged-revert", fix)
+    _commit(fork, "Fork: our own tweak", {"python/sglang/fork.py": "FORK = True\n"})
+    _git(fork, "revert", "--no-edit", fix)
+    commits["merged-revert"] = _git(fork, "rev-parse", "HEAD")
+    _git(fork, "checkout", "-q", "-b", "reimplemented", base)
+    commits["reimplemented"] = _commit(fork, "Fork: retire rejected requests our way", {DECODE: OWN_CODE})
+    return Histories(up, fork, base, fix, commits)
+
+
+def _gather(histories: Histories, tmp_path: Path, branch: str, **kw) -> Evidence:
+    matrix = tmp_path / "m.toml"
+    pins = (
+        f'commits = {{ base = {{ sha = "{histories.base}", confirmed = false }}, '
+        f'head = {{ sha = "{histories.fix}", confirmed = false }} }}\n'
+    )
+    matrix.write_text(MATRIX.replace('id = "38935"\n', 'id = "38935"\n' + pins))
+    mirror = kw.pop("mirror", None) or Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = kw.pop("ref_sha", None) or mirror.branch(branch)
+    fix = load_matrix(matrix).fix("38935")
+    return gather(mirror, tip, fix, upstream=str(histories.upstream), matrix_path=matrix, version=None, **kw)
+
+
+def test_a_cherry_pick_is_patch_equivalent_and_no_re_implementation(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather(histories, tmp_path, "cherry")
+    assert ev.fix_commit == histories.fix and ev.fix_base == histories.base
+    assert ev.ancestor is False and ev.patch_equivalent is True
+    assert ev.equivalent_commits == [histories.commits["cherry"]] and ev.reverting_commits == []
+    assert ev.scanned_commits == 2  # the cherry-pick and the fork's tweak since the shared base
+    assert disagreements("present", ev) == []
+    assert disagreements("absent", ev) == [
+        f"a patch-equivalent commit ({histories.commits['cherry'][:12]}) is in the history, but the behaviour is absent"
+    ]
+
+
+def test_a_cherry_pick_then_reverted_is_a_disagreement_naming_the_revert(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather(histories, tmp_path, "cherry-revert")
+    assert ev.patch_equivalent is True and ev.equivalent_commits == [histories.commits["cherry"]]
+    assert ev.reverting_commits == [histories.commits["cherry-revert"]]
+    (said,) = disagreements("absent", ev)
+    assert said == (
+        f"a patch-equivalent commit ({histories.commits['cherry'][:12]}) is in the history, but the behaviour is "
+        f"absent: reverted by {histories.commits['cherry-revert'][:12]}"
+    )
+
+
+def test_the_fix_commit_merged_then_reverted_names_the_revert(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather(histories, tmp_path, "merged-revert")
+    assert ev.ancestor is True and ev.patch_equivalent is True and ev.equivalent_commits == [histories.fix]
+    assert ev.reverting_commits == [histories.commits["merged-revert"]]
+    assert disagreements("absent", ev) == [
+        f"the fix commit {histories.fix} is in the history, but the behaviour is absent: "
+        f"reverted by {histories.commits['merged-revert'][:12]}"
+    ]
+
+
+def test_only_a_real_re_implementation_gets_the_note(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather(histories, tmp_path, "reimplemented")
+    assert ev.ancestor is False and ev.patch_equivalent is False and ev.scanned_commits == 1
+    (note,) = disagreements("present", ev)
+    assert "re-implemented" in note
+    assert disagreements("absent", ev) == []
+
+
+def test_a_scan_cut_short_by_the_limit_says_neither_yes_nor_no(histories: Histories, tmp_path: Path) -> None:
+    """The cherry-pick lies below the one commit scanned: not found is not "not there"."""
+    ev = _gather(histories, tmp_path, "cherry", scan_limit=1)
+    assert ev.ancestor is False and ev.scanned_commits == 1
+    assert ev.patch_equivalent is None and ev.equivalent_commits == []
+    assert any("latest 1 commits" in n and "--scan-limit" in n for n in ev.notes), ev.notes
+    assert disagreements("present", ev) == []
+
+
+def test_a_git_failure_is_never_a_no(histories: Histories, tmp_path: Path) -> None:
+    """A ref the mirror does not hold: ``merge-base --is-ancestor`` exits 128, not 1."""
+    ev = _gather(histories, tmp_path, "cherry", ref_sha="f" * 40)
+    assert ev.fix_commit == histories.fix
+    assert ev.ancestor is None and ev.patch_equivalent is None and ev.equivalent_commits == []
+    assert any(n.startswith("git could not answer:") and "f" * 40 in n for n in ev.notes), ev.notes
+    assert disagreements("present", ev) == [] and disagreements("absent", ev) == []
+
+
+class _FailingMergeBase:
+    """The mirror's own git, but ``merge-base A B`` fails as git does on a broken object store (exit 128)."""
+
+    def __init__(self, real: git.Git) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def merge_base(self, *args: str) -> str:
+        if "--is-ancestor" in args:
+            return self._real.merge_base(*args)
+        raise git.GitCommandError(["git", "merge-base", *args], 128, b"fatal: unable to read tree 0123abcd")
+
+
+def test_a_merge_base_failure_is_not_read_as_no_shared_history(
+    histories: Histories, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = mirror.branch("reimplemented")
+    real = Mirror.repo_unlocked
+    monkeypatch.setattr(Mirror, "repo_unlocked", lambda self: _FailingMergeBase(real(self)))
+    ev = _gather(histories, tmp_path, "reimplemented", mirror=mirror, ref_sha=tip)
+    assert ev.ancestor is False and ev.patch_equivalent is None
+    assert not any("share no history" in n for n in ev.notes), ev.notes
+    assert any("unable to read tree 0123abcd" in n for n in ev.notes), ev.notes
+    assert disagreements("present", ev) == []

@@ -11,7 +11,8 @@ Upstream commits are fetched into the fork's mirror (under
 second promisor remote there, so ancestry and patch-ids are computed in one
 object store. ``patch_equivalent`` uses ``git patch-id --stable``, the test
 ``git cherry`` applies, over the fork's commits since its merge-base with
-the fix (at most ``scan_limit`` of them).
+the fix (at most ``scan_limit`` of them; a scan cut short at that limit finds no "no").
+A commit whose patch-id is that of the fix's diff inverted is a revert.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Evidence:
     patch_equivalent: bool | None = None
     equivalent_commits: list[str] = field(default_factory=list)
     scanned_commits: int = 0
+    reverting_commits: list[str] = field(default_factory=list)
+    """Commits after the fix (or its patch-equivalent) whose patch is the fix's, inverted."""
     version: str | None = None
     first_release_with_fix: str | None = None
     version_claims_fix: bool | None = None
@@ -64,6 +67,19 @@ def patch_ids(cmd: git.Git, *log_args: str) -> dict[str, str]:
         if commit:
             ids[commit.strip()] = pid
     return ids
+
+
+def inverse_patch_id(cmd: git.Git, head: str) -> str | None:
+    """The patch-id a revert of ``head`` has: of the diff from ``head`` back to its parent.
+
+    (``git log -R`` would not do: it swaps the ``a/``, ``b/`` names, which the patch-id covers.)
+    """
+    proc = cmd.diff("--no-color", head, f"{head}^", as_process=True)
+    try:
+        out = cmd.patch_id("--stable", istream=proc.proc.stdout)
+    finally:
+        proc.wait()
+    return out.split(" ", 1)[0] or None
 
 
 def is_ancestor(cmd: git.Git, older: str, newer: str) -> bool:
@@ -117,7 +133,11 @@ def gather(
     version: str | None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> Evidence:
-    """Evidence for ``fix`` in commit ``ref_sha`` of the fork (already in ``fork``)."""
+    """Evidence for ``fix`` in commit ``ref_sha`` of the fork (already in ``fork``).
+
+    A question git could not answer stays ``null`` with git's own words in the notes: a
+    failure never reads as "no".
+    """
     ev = Evidence(upstream_repo=upstream, version=version, first_release_with_fix=fix.head.release)
     _version_claim(ev)
     try:
@@ -130,31 +150,60 @@ def gather(
     if head is None:
         return ev
     ev.fix_commit = head
-    cmd = fork.repo_unlocked()
     try:
-        if cmd.log("-1", "--format=%P", head).strip():
-            ev.fix_base = cmd.rev_parse(f"{head}^").strip()
-        ev.ancestor = is_ancestor(cmd, head, ref_sha)
-        if ev.ancestor:
-            ev.patch_equivalent, ev.equivalent_commits = True, [head]
-            ev.notes.append("the fix commit itself is in the ref's history")
-            return ev
-        wanted = patch_ids(cmd, "-1", head).get(head)
-        if wanted is None:
-            ev.notes.append(f"{head[:12]} has an empty diff: no patch to look for")
-            return ev
-        try:
-            since = cmd.merge_base(ref_sha, head).strip()
-            scan = patch_ids(cmd, f"--max-count={scan_limit}", ref_sha, f"^{since}")
-        except git.GitCommandError:
-            ev.notes.append("the fork and the fix share no history; scanned the ref's latest commits")
-            scan = patch_ids(cmd, f"--max-count={scan_limit}", ref_sha)
-        ev.scanned_commits = len(scan)
-        ev.equivalent_commits = sorted(c for c, pid in scan.items() if pid == wanted)
-        ev.patch_equivalent = bool(ev.equivalent_commits)
+        _history(fork.repo_unlocked(), head, ref_sha, scan_limit, ev)
     except git.GitCommandError as exc:
         ev.notes.append(f"git could not answer: {git_error(exc)}")
     return ev
+
+
+def _history(cmd: git.Git, head: str, ref_sha: str, scan_limit: int, ev: Evidence) -> None:
+    """Ancestry, patch equivalence and reverts of the fix commit ``head`` in ``ref_sha``'s history."""
+    if cmd.log("-1", "--format=%P", head).strip():
+        ev.fix_base = cmd.rev_parse(f"{head}^").strip()
+    ev.ancestor = is_ancestor(cmd, head, ref_sha)
+    if ev.ancestor:
+        ev.patch_equivalent, ev.equivalent_commits = True, [head]
+        ev.notes.append("the fix commit itself is in the ref's history")
+    wanted = patch_ids(cmd, "-1", head).get(head)
+    if wanted is None:
+        ev.notes.append(f"{head[:12]} has an empty diff: no patch to look for")
+        return
+    if ev.ancestor:  # only commits after the fix that touch its files can revert it
+        files = [f for f in cmd.diff_tree("--no-commit-id", "--name-only", "-z", "-r", "--root", head).split("\0") if f]
+        scan = patch_ids(cmd, f"--max-count={scan_limit}", ref_sha, f"^{head}", "--", *files)
+    else:
+        scan = _scan_since_shared_history(cmd, head, ref_sha, scan_limit, ev)
+        _patch_equivalence(scan, wanted, scan_limit, ev)
+    inverse = inverse_patch_id(cmd, head) if ev.fix_base else None
+    ev.reverting_commits = sorted(c for c, pid in scan.items() if pid == inverse) if inverse else []
+
+
+def _scan_since_shared_history(cmd: git.Git, head: str, ref_sha: str, scan_limit: int, ev: Evidence) -> dict[str, str]:
+    """Patch-ids of the ref's commits since its merge-base with the fix (exit 1 of merge-base: none shared)."""
+    try:
+        since = cmd.merge_base(ref_sha, head).strip()
+    except git.GitCommandError as exc:
+        if exc.status != 1:
+            raise
+        ev.notes.append("the fork and the fix share no history; scanned the ref's latest commits")
+        return patch_ids(cmd, f"--max-count={scan_limit}", ref_sha)
+    return patch_ids(cmd, f"--max-count={scan_limit}", ref_sha, f"^{since}")
+
+
+def _patch_equivalence(scan: dict[str, str], wanted: str, scan_limit: int, ev: Evidence) -> None:
+    """Found, or not found in every commit that could hold it; a scan cut short at the limit says neither."""
+    ev.scanned_commits = len(scan)
+    ev.equivalent_commits = sorted(c for c, pid in scan.items() if pid == wanted)
+    if ev.equivalent_commits:
+        ev.patch_equivalent = True
+    elif len(scan) >= scan_limit:
+        ev.notes.append(
+            f"no patch-equivalent commit among the ref's latest {scan_limit} commits; older ones were not "
+            "scanned (--scan-limit)"
+        )
+    else:
+        ev.patch_equivalent = False
 
 
 def disagreements(verdict: str, ev: Evidence) -> list[str]:
@@ -165,13 +214,18 @@ def disagreements(verdict: str, ev: Evidence) -> list[str]:
             f"the version string {ev.version} claims release {ev.first_release_with_fix} (which carries "
             f"the fix), but the behaviour is {verdict}"
         )
+    reverted = f"reverted by {', '.join(c[:12] for c in ev.reverting_commits)}" if ev.reverting_commits else ""
     if ev.ancestor and verdict != "present":
         out.append(
             f"the fix commit {ev.fix_commit} is in the history, but the behaviour is {verdict}: "
-            "reverted or changed later?"
+            + (reverted or "reverted or changed later?")
         )
     elif ev.patch_equivalent and verdict != "present":
-        out.append(f"a patch-equivalent commit is in the history, but the behaviour is {verdict}")
+        found = ", ".join(c[:12] for c in ev.equivalent_commits)
+        out.append(
+            f"a patch-equivalent commit ({found}) is in the history, but the behaviour is {verdict}"
+            + (f": {reverted}" if reverted else "")
+        )
     if verdict == "present" and ev.ancestor is False and ev.patch_equivalent is False:
         out.append(
             "the behaviour is present without the fix commit or a patch-equivalent commit "
