@@ -83,6 +83,8 @@ def test_cherry_pick_onto_an_older_release_is_present(
     assert ev["fix_commit"] == repos.commits["0.5.21"] and ev["fix_base"] == repos.commits["0.5.20"]
     assert ev["ancestor"] is False
     assert ev["patch_equivalent"] is True and ev["equivalent_commits"] == [repos.fork_commits["cherry"]]
+    assert ev["reverting_commits"] == [] and ev["scanned_commits"] >= 1
+    assert fix["disagreements"] == []  # a cherry-pick is not a re-implementation
     doc = json.loads((folder / "backport.json").read_text())
     assert doc["passed"] is True and doc["fork"]["commit"] == repos.fork_commits["cherry"]
     assert doc["fork"]["ref"] == "acme/cherry" and len(doc["fork"]["tree"]) == 40
@@ -126,6 +128,11 @@ def test_fork_that_reverts_the_prefill_door_is_partial(
     # the retirement behind the doors is still there: judged by the door that reaches it
     assert paths["retire-cache-finish"] == "head" and paths["unadmitted-predicate"] == "head"
     assert fix["evidence"]["ancestor"] is True, "the fix commit is in its history; the behaviour is not"
+    assert fix["evidence"]["reverting_commits"] == []  # one door reverted by hand: no commit inverts the whole fix
+    assert (
+        f"the fix commit {repos.commits['0.5.21']} is in the history, but the behaviour is partial: "
+        "reverted or changed later?"
+    ) in fix["disagreements"]
     prefill = next(p for p in fix["probes"] if p["probe"] == PREFILL)
     assert {c["field"]: c["like"] for c in prefill["fields"] if c["kind"] == "expect"}["rejected.enqueued"] == "base"
     assert all(c["like"] == "ok" for c in prefill["fields"] if c["kind"] == "control")
@@ -143,4 +150,7 @@ def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int,
     assert ev["version"] == "0.5.21" and ev["first_release_with_fix"] == "0.5.21"
     assert ev["version_claims_fix"] is True
     assert ev["ancestor"] is False and ev["patch_equivalent"] is False and ev["equivalent_commits"] == []
-    assert any("version" in d for d in fix["disagreements"])
+    assert [d for d in fix["disagreements"] if "version string" in d] == [
+        "the version string 0.5.21 claims release 0.5.21 (which carries the fix), but the behaviour is absent"
+    ]
+    assert not any("re-implemented" in d for d in fix["disagreements"])
