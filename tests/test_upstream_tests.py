@@ -223,7 +223,9 @@ def test_read_part_separates_behaviour_from_drift(tmp_path: Path) -> None:
     assert read_part({**method, "missing": {"owners": ["sglang.utils:Queue"], "name": "x"}}, ref)[0] == "stale"
     assert read_part({**err, "fake": "SimpleNamespace", "error_type": "AttributeError"}, ref)[0] == "stale"
     assert read_part({**err, "phase": "setup", "error_type": "TypeError"}, ref)[0] == "stale"
-    assert read_part({**err, "raised_in": "test", "error_type": "TypeError"}, ref)[0] == "stale"
+    binding = "Scheduler.__init__() got an unexpected keyword argument 'server_args'"
+    assert read_part({**err, "raised_in": "test", "error_type": "TypeError", "message": binding}, ref)[0] == "stale"
+    assert read_part({**err, "raised_in": "test", "error_type": "TypeError"}, ref)[0] == "error"
     assert read_part({**err, "error_type": "RuntimeError"}, ref) == ("error", None)
     assert read_part({**err, "phase": "import", "error_type": "ModuleNotFoundError"}, ref) == ("error", None)
     unknown_head = Reference(SymbolIndex(tmp_path / "base"), None)

@@ -2,8 +2,10 @@
 
 Outcomes: ``passed``; ``failed`` (an assertion, or the test needs a name the fix adds and
 this side lacks: the side lacks the fix); ``stale`` (the test's own fakes or set-up do not
-fit this code: an ``AttributeError`` / ``TypeError`` from a fake or the set-up, or a name
-that neither the fix nor this side has); ``error`` (any other exception); ``skipped``.
+fit this code: an ``AttributeError`` / ``TypeError`` from a fake, from the set-up outside
+SGLang's code, or binding a call the test makes; or a name that neither the fix nor this
+side has); ``error`` (any other exception, and those types raised by SGLang's own code in
+the set-up or by the test's own frame otherwise); ``skipped``.
 A test's outcome is taken over its phases and its sub-tests: any failure fails it.
 
 Changes from base to head: ``fixed`` (failed → passed), ``regressed`` (passed → failed),
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from difflab.probe.upstream_facts import BINDING
 from difflab.upstream_tests.symbols import SymbolIndex, symbol_name
 
 OUTCOMES = ("passed", "failed", "error", "stale", "skipped")
@@ -91,9 +94,20 @@ def read_part(raw: dict[str, Any], ref: Reference) -> tuple[str, str | None]:
         return "stale", f"the test's fake {fake} does not fit this code"
     if missing:
         return "stale", f"needs {symbol_name(missing)}, which this code lacks and the fix does not add"
-    if raw.get("phase") in SET_UP and etype in ("AttributeError", "TypeError"):
+    return _drift(raw, etype)
+
+
+def _drift(raw: dict[str, Any], etype: str | None) -> tuple[str, str | None]:
+    """A set-up or a call that does not fit this code is ``stale``; the same types raised otherwise are errors.
+
+    Raised inside SGLang's own code, an AttributeError or TypeError in the set-up is that
+    code failing, not the test drifting; and a TypeError in the test's own frame is drift
+    only when it is the binding of a call (the test passing arguments the code does not
+    take), not, say, ``len(None)`` of what the code returned.
+    """
+    if raw.get("phase") in SET_UP and etype in ("AttributeError", "TypeError") and raw.get("raised_in") != "sglang":
         return "stale", "the test's set-up does not fit this code"
-    if etype == "TypeError" and raw.get("raised_in") == "test":
+    if etype == "TypeError" and raw.get("raised_in") == "test" and BINDING.match(str(raw.get("message") or "")):
         return "stale", "the test calls this code with arguments it does not take"
     return "error", None
 
