@@ -267,6 +267,24 @@ def test_a_file_added_while_a_racy_tree_is_rehashed_is_named(cache: Path, monkey
     assert not (root / "sglang" / "srt" / "evil.py").exists()
 
 
+def test_a_cache_that_cannot_be_written_is_checked_by_content_and_left_as_it_is(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = backend(cache).release(VERSION)  # fresh: every file racy
+    root, wheel_sha256 = src.root, src.identity["sha256"]
+    manifest = tree.manifest_path(root).read_bytes()
+
+    def read_only(folder: Path) -> int:
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(tree, "filesystem_now", read_only)
+    assert tree.check(root, wheel_sha256) == tree.TreeCheck(src.identity["tree_sha256"], ())
+    assert tree.manifest_path(root).read_bytes() == manifest  # nothing recorded: checked by content again
+    same_size_edit(root / DECODE, REVERTED)
+    result = tree.check(root, wheel_sha256)
+    assert result is not None and result.changed == (f"{DECODE} (content differs from the wheel)",)
+
+
 def test_a_failed_unpack_leaves_the_changed_tree_refused_at_every_later_use(cache: Path) -> None:
     root = backend(cache).release(VERSION).root
     wheel = cache / "wheels" / WHEEL

@@ -267,13 +267,16 @@ def _rehash(tree: Path, manifest: Manifest, only: list[tuple[str, os.stat_result
     expected = read_listing(tree, manifest.digest)
     if expected is None:
         return None
-    verified_ns = filesystem_now(tree.parent)
     try:
-        signature, _ = scan(tree, verified_ns)
+        verified_ns: int | None = filesystem_now(tree.parent)
+    except OSError:  # a cache this user may read but not write: checked by content, nothing recorded
+        verified_ns = None
+    try:
+        signature, _ = scan(tree, verified_ns or 0)
     except OSError as exc:
         return TreeCheck(manifest.digest, (_unreadable(tree, exc),))
     changed = compare(tree, expected, only if signature == manifest.signature else None)
-    if not changed:
+    if not changed and verified_ns is not None:
         _write_manifest(tree, Manifest(manifest.digest, manifest.wheel_sha256, signature, verified_ns))
     return TreeCheck(manifest.digest, tuple(changed))
 
