@@ -20,7 +20,6 @@ daemon that receives SIGTERM stops its containers and its ``containerd`` before 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -35,11 +34,10 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from difflab.paths import cache_root
+from difflab.probe.process import die_with_parent
 
 DRIVERS = ("overlay2", "vfs")
 START_TIMEOUT_S = 60.0
-PR_SET_PDEATHSIG = 1
-"""From ``<linux/prctl.h>``: the signal a process gets when the thread that started it dies."""
 
 
 def dies_with(parent: int) -> Callable[[], None]:
@@ -50,8 +48,7 @@ def dies_with(parent: int) -> Callable[[], None]:
     """
 
     def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        if not die_with_parent(signal.SIGTERM):
             os._exit(126)  # without the guarantee the daemon must not start at all
         if os.getppid() != parent:  # the parent died between fork and prctl
             os._exit(126)
