@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("docker")
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker")]
 
 TESTS = Path(__file__).resolve().parent
 GONE_WITHIN_S = 60.0
