@@ -272,7 +272,7 @@ def _rehash(tree: Path, manifest: Manifest, only: list[tuple[str, os.stat_result
     except OSError:  # a cache this user may read but not write: checked by content, nothing recorded
         verified_ns = None
     try:
-        signature, _ = scan(tree, verified_ns or 0)
+        signature = signature_digest(tree)
     except OSError as exc:
         return TreeCheck(manifest.digest, (_unreadable(tree, exc),))
     changed = compare(tree, expected, only if signature == manifest.signature else None)
