@@ -261,6 +261,7 @@ def test_a_git_failure_is_never_a_no(histories: Histories, tmp_path: Path) -> No
     ev = _gather(histories, tmp_path, "cherry", ref_sha="f" * 40)
     assert ev.fix_commit == histories.fix
     assert ev.ancestor is None and ev.patch_equivalent is None and ev.equivalent_commits == []
+    assert ev.reverting_commits is None  # not looked for, not "none found"
     assert any(n.startswith("git could not answer:") and "f" * 40 in n for n in ev.notes), ev.notes
     assert disagreements("present", ev) == [] and disagreements("absent", ev) == []
 

@@ -43,8 +43,8 @@ class Evidence:
     patch_equivalent: bool | None = None
     equivalent_commits: list[str] = field(default_factory=list)
     scanned_commits: int = 0
-    reverting_commits: list[str] = field(default_factory=list)
-    """Commits after the fix (or its patch-equivalent) whose patch is the fix's, inverted."""
+    reverting_commits: list[str] | None = None
+    """Commits after the fix (or its patch-equivalent) whose patch is the fix's, inverted; None: not looked for."""
     version: str | None = None
     first_release_with_fix: str | None = None
     version_claims_fix: bool | None = None
@@ -165,18 +165,33 @@ def _history(cmd: git.Git, head: str, ref_sha: str, scan_limit: int, ev: Evidenc
     if ev.ancestor:
         ev.patch_equivalent, ev.equivalent_commits = True, [head]
         ev.notes.append("the fix commit itself is in the ref's history")
+        _reverts_after_the_fix(cmd, head, ref_sha, scan_limit, ev)
+        return
     wanted = patch_ids(cmd, "-1", head).get(head)
     if wanted is None:
         ev.notes.append(f"{head[:12]} has an empty diff: no patch to look for")
         return
-    if ev.ancestor:  # only commits after the fix that touch its files can revert it
-        files = [f for f in cmd.diff_tree("--no-commit-id", "--name-only", "-z", "-r", "--root", head).split("\0") if f]
-        scan = patch_ids(cmd, f"--max-count={scan_limit}", ref_sha, f"^{head}", "--", *files)
-    else:
-        scan = _scan_since_shared_history(cmd, head, ref_sha, scan_limit, ev)
-        _patch_equivalence(scan, wanted, scan_limit, ev)
-    inverse = inverse_patch_id(cmd, head) if ev.fix_base else None
-    ev.reverting_commits = sorted(c for c, pid in scan.items() if pid == inverse) if inverse else []
+    scan = _scan_since_shared_history(cmd, head, ref_sha, scan_limit, ev)
+    _patch_equivalence(scan, wanted, scan_limit, ev)
+    ev.reverting_commits = reverting(cmd, head, scan) if ev.fix_base else None
+
+
+def reverting(cmd: git.Git, head: str, scan: dict[str, str]) -> list[str]:
+    """The scanned commits whose patch is ``head``'s inverted."""
+    inverse = inverse_patch_id(cmd, head)
+    return sorted(c for c, pid in scan.items() if inverse and pid == inverse)
+
+
+def _reverts_after_the_fix(cmd: git.Git, head: str, ref_sha: str, scan_limit: int, ev: Evidence) -> None:
+    """Only commits after the fix that touch its files can revert it; a git failure here leaves that unknown."""
+    if not ev.fix_base:
+        return
+    try:
+        files = [f for f in cmd.diff_tree("--no-commit-id", "--name-only", "-z", "-r", head).split("\0") if f]
+        scan = patch_ids(cmd, f"--max-count={scan_limit}", ref_sha, f"^{head}", "--", *files) if files else {}
+        ev.reverting_commits = reverting(cmd, head, scan)
+    except git.GitCommandError as exc:
+        ev.notes.append(f"git could not look for a revert of the fix: {git_error(exc)}")
 
 
 def _scan_since_shared_history(cmd: git.Git, head: str, ref_sha: str, scan_limit: int, ev: Evidence) -> dict[str, str]:
@@ -214,7 +229,8 @@ def disagreements(verdict: str, ev: Evidence) -> list[str]:
             f"the version string {ev.version} claims release {ev.first_release_with_fix} (which carries "
             f"the fix), but the behaviour is {verdict}"
         )
-    reverted = f"reverted by {', '.join(c[:12] for c in ev.reverting_commits)}" if ev.reverting_commits else ""
+    reverts = ev.reverting_commits or []
+    reverted = f"reverted by {', '.join(c[:12] for c in reverts)}" if reverts else ""
     if ev.ancestor and verdict != "present":
         out.append(
             f"the fix commit {ev.fix_commit} is in the history, but the behaviour is {verdict}: "
