@@ -18,9 +18,7 @@ COLOURS = {"present": "green", "absent": "red", "partial": "yellow", "error": "b
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    _args.add_selection(parser, "results/contains-<timestamp>", local_only=True)
-    _args.timeout(parser)
-    _args.bundle(parser)
+    _args.add_session(parser, "results/contains-<timestamp>", local_only=True, sources=False)
     parser.add_argument(
         "--all",
         dest="all_releases",
