@@ -132,4 +132,5 @@ def test_a_run_does_not_import_the_other_commands_workflows() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('difflab.workflows.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "['difflab.workflows.merge']"
+    # the session is the steps every workflow shares, not another command's workflow
+    assert out.stdout.strip().splitlines()[-1] == "['difflab.workflows.merge', 'difflab.workflows.session']"

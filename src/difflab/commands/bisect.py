@@ -8,7 +8,7 @@ import json
 from difflab.commands import _args
 from difflab.matrix import load_matrix
 from difflab.progress import Reporter
-from difflab.source.git import GitSource
+from difflab.source import repository
 from difflab.workflows.bisect import run_bisect
 
 NAME = "bisect"
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     fix = matrix.fix(args.fix)
-    source = GitSource(repo=args.repo)
+    source = repository(args.repo)
     out = Reporter()
     result = run_bisect(
         fix, matrix.path, source, args.good, args.bad, probe_names=args.probes, timeout_s=args.timeout, say=out.say

@@ -31,9 +31,8 @@ from difflab.progress import Reporter
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import DEFAULT, build_runner
 from difflab.runner.base import ProbeJob
+from difflab.source import releases, repository
 from difflab.source.base import MaterialisedSource
-from difflab.source.git import GitSource
-from difflab.source.release import ReleaseSource
 
 CHUNK = 25
 """Schedules per probe job."""
@@ -95,9 +94,9 @@ def _source(req: FuzzRequest) -> tuple[MaterialisedSource, str]:
         matrix = load_matrix(req.matrix)
         if req.release not in matrix.releases:
             raise ConfigError(f"--release {req.release}: not pinned in {req.matrix} [releases]")
-        return ReleaseSource(matrix.releases).release(req.release), req.release
+        return releases(matrix.releases).release(req.release), req.release
     assert req.ref is not None
-    return GitSource(repo=req.repo).rev(req.ref, what=f"--ref {req.ref}"), req.ref
+    return repository(req.repo).rev(req.ref, what=f"--ref {req.ref}"), req.ref
 
 
 def _stub(folder: Path, index: int, schedules: int, req: FuzzRequest) -> Path:
