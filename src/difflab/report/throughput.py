@@ -11,11 +11,22 @@ go to ``throughput/<fix>/<side>.log``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from difflab.diff.throughput import ALPHA, MAX_SPREAD, MIN_EFFECT, ThroughputResult
 from difflab.report.junit import Case
 from difflab.report.markdown import cell, table
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A run's throughput A/B beside its verdicts: every fix's result, and the slowdown factor that fails
+    the run (None: informational)."""
+
+    results: list[ThroughputResult]
+    fail_above: float | None = None
+
 
 THROUGHPUT_DIR = "throughput"
 LOG_LINES = 200

@@ -29,7 +29,7 @@ from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailab
 from difflab.gpu.scenarios.throughput import THROUGHPUT, ABResult, run_ab
 from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
 from difflab.gpu.verdicts import judge_throughput
-from difflab.matrix import Fix, Matrix, load_matrix
+from difflab.matrix import Fix, Matrix
 from difflab.matrix.gpu import GpuPlan, load_gpu_plans
 from difflab.observation import SIDES, Observation
 from difflab.paths import default_matrix
@@ -292,7 +292,7 @@ def _judge(tier: _Tier, say: Any) -> None:
             tier.verdicts.append(verdict)
 
 
-def _session(req: TierRequest, reporter: Reporter | None, plans: dict[str, GpuPlan] | None) -> Session:
+def _session(req: TierRequest, reporter: Reporter | None) -> Session:
     """The tier's session: its fixes are those with a GPU plan (scenarios, not probe files); never sealed."""
     options = ProbeOptions(
         matrix=req.matrix, fixes=req.fixes, out=req.out, force=req.force, bundle=False, argv=req.argv
@@ -302,15 +302,15 @@ def _session(req: TierRequest, reporter: Reporter | None, plans: dict[str, GpuPl
         options,
         reporter,
         folder_prefix="gpu-",
-        select=lambda m: gpu_fixes(m, req.fixes, plans),
+        select=lambda m: gpu_fixes(m, req.fixes),
         probe_files=False,
     )
 
 
 def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
     """Run the tier. Raises :class:`ConfigError` on bad input; ``skipped`` without GPU prerequisites."""
-    plans = load_gpu_plans(load_matrix(req.matrix))
-    session = _session(req, reporter, plans)
+    session = _session(req, reporter)
+    plans = load_gpu_plans(session.matrix)
     fixes = session.fixes
     _check_extras(req, fixes, plans)
     limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())

@@ -24,11 +24,11 @@ from difflab.observation import SIDES
 from difflab.paths import default_results
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
-from difflab.report import write_reports
+from difflab.report import Measured, write_reports
 from difflab.report.record import folder_stamp, utc_now
 from difflab.report.selfcheck import write_selfcheck
 from difflab.report.upstream_tests import section, write_files
-from difflab.runner import Runner, build_runner, runner_class
+from difflab.runner import Runner, runner_class
 from difflab.runner.jobs import Sources
 from difflab.runner.warm import WarmRunner
 from difflab.source import MaterialisedSource
@@ -36,7 +36,7 @@ from difflab.source.sides import Say, materialise_sides, source_label
 from difflab.upstream_tests import FixReplay, agree_with_run, for_run, tests_dir, with_flag
 from difflab.workflows.observe import observe
 from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed
-from difflab.workflows.session import Outcome, ProbeOptions, Session
+from difflab.workflows.session import Outcome, ProbeOptions, Session, runner_for_options
 from difflab.workflows.throughput import ThroughputOptions, gate_exit, measure
 
 
@@ -85,8 +85,7 @@ def default_out() -> Path:
 
 
 def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
-    say = reporter.say if reporter else None
-    return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
+    return runner_for_options(req, env, reporter.say if reporter else None, **req.runner_options)
 
 
 @contextlib.contextmanager
@@ -203,7 +202,7 @@ def _reports(run: _Run) -> None:
         return
     fail_above = run.req.throughput.fail_above if run.req.throughput else None
     appendix = section(run.replays) if run.replays else ()
-    write_reports(run.work, run.verdicts, appendix=appendix, throughput=run.measured, fail_above=fail_above)
+    write_reports(run.work, run.verdicts, appendix=appendix, throughput=Measured(run.measured, fail_above))
 
 
 def _steps(run: _Run, folder: Path | None, replaying: bool) -> None:

@@ -135,7 +135,7 @@ class Session:
 
     def runner(self, env: SharedEnvironment, **options: Any) -> Runner:
         """The ``--backend`` runner on ``env``, behind the result cache unless ``--no-cache``."""
-        return build_runner(self.options.runner, env, self.options.use_cache, self.say, **options)
+        return runner_for_options(self.options, env, self.say, **options)
 
     @contextlib.contextmanager
     def folder(self) -> Iterator[Path]:
@@ -149,6 +149,13 @@ class Session:
         if self.options.bundle:
             seal(work, key=self.options.key, echo=self.say)
         return exit_code
+
+
+def runner_for_options(
+    options: Selection, env: SharedEnvironment, say: Callable[[str], None] | None = None, **extra: Any
+) -> Runner:
+    """The ``--backend`` runner of ``options`` on ``env`` (``extra``: the back end's own settings)."""
+    return build_runner(options.runner, env, options.use_cache, say, **extra)
 
 
 def close_runner(runner: Runner) -> None:
