@@ -48,7 +48,7 @@ from difflab.progress import Reporter
 from difflab.runner.warm import WarmRunner
 from difflab.source.release import ReleaseSource
 from difflab.workflows.selfcheck import mutated_copy
-from difflab.workflows.throughput import ThroughputOptions, measure
+from difflab.workflows.throughput import ThroughputOptions, measure_each
 
 SCAN = Mutation(
     name="bench-scan-at-prefill-door",
@@ -141,7 +141,9 @@ def run_load(load: str, args: argparse.Namespace, doc: dict[str, Any]) -> dict[s
         args.json.write_text(json.dumps(doc, indent=1))
 
     with busy, WarmRunner(environment=SharedEnvironment().ensure()) as runner:
-        measure(copies, sources, runner, args.scratch / load, Reporter(), options, done=keep)
+        for result in measure_each(copies, sources, runner, args.scratch / load, Reporter(), options):
+            if result.comparison is not None or result.status == "error":  # measured (or tried): kept at once
+                keep(result)
     say(f"{load}: {time.monotonic() - started:.0f} s")
     return part
 

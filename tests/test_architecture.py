@@ -5,16 +5,25 @@
   ``difflab --help`` fast and optional extras optional);
 - step packages never import a workflow (``difflab.workflows``): only commands do;
 - the in-environment package (``difflab.probe``) imports the standard library and itself only,
-  because it runs inside the shared SGLang environment, whose Python has no lab dependencies.
+  because it runs inside the shared SGLang environment, whose Python has no lab dependencies;
+- every workflow that writes a run folder goes through the session (``workflows/session.py``),
+  which alone does the shared steps, and every command on it takes the shared options;
+- every registry entry (``RUNNERS``, ``SOURCES``) implements its protocol, and no concrete source
+  is built outside ``difflab.source``.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from difflab.cli import build_parser
 from difflab.runner import childlib
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "difflab"
@@ -170,3 +179,122 @@ def test_the_staged_child_package_is_the_whole_in_environment_package() -> None:
     staged = set(childlib.child_files())
     assert {f"{IN_ENVIRONMENT}/{p.name}" for p in (PACKAGE / IN_ENVIRONMENT).glob("*.py")} <= staged
     assert "__init__.py" in staged and all(rel.startswith(f"{IN_ENVIRONMENT}/") for rel in staged - {"__init__.py"})
+
+
+# -- the session: every workflow that writes a run folder goes through it ------------------------------------
+WORKFLOWS = PACKAGE / "workflows"
+RUN_FOLDER_WORKFLOWS = ("backport", "contains", "fuzz", "gpu", "merge", "run", "selfcheck")
+"""Workflows that write a run folder: each opens a :class:`~difflab.workflows.session.Session`."""
+STEP_MODULES = ("bisect", "bisect_step", "observe", "reproduce", "session", "throughput")
+"""Workflow modules that write no run folder of their own (a step, a re-run through ``run``, a bisect)."""
+SHARED_STEPS = {
+    "difflab.files.atomic.check_out",
+    "difflab.files.atomic.results_folder",
+    "difflab.report.record.RunRecord",
+    "difflab.bundle.seal",
+    "difflab.matrix.load_matrix",
+    "difflab.runner.build_runner",
+    "difflab.runner.jobs.check_probe_files",
+}
+"""What only the session does: check and create the folder, record, seal, load and select, build the runner."""
+
+
+def test_every_workflow_module_is_either_a_run_folder_workflow_or_a_step() -> None:
+    """A new workflow must be placed: a run folder workflow then has to go through the session."""
+    found = {p.stem for p in WORKFLOWS.glob("*.py") if p.stem != "__init__"}
+    assert found == set(RUN_FOLDER_WORKFLOWS) | set(STEP_MODULES)
+
+
+def calls_session_open(module: str) -> bool:
+    tree = ast.parse(MODULES[module].read_text())
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "open"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "Session"
+        for node in ast.walk(tree)
+    )
+
+
+def test_every_run_folder_workflow_opens_a_session() -> None:
+    assert [w for w in RUN_FOLDER_WORKFLOWS if not calls_session_open(f"difflab.workflows.{w}")] == []
+
+
+def test_only_the_session_does_the_shared_steps() -> None:
+    """The preamble is written once: no run folder workflow checks the folder, records, seals or builds a runner."""
+    done_itself = [
+        f"{w}:{line} imports {name}"
+        for w in RUN_FOLDER_WORKFLOWS
+        for name, _lazy, line in imports(f"difflab.workflows.{w}")
+        if name in SHARED_STEPS
+    ]
+    assert done_itself == []
+    assert any(name in SHARED_STEPS for name, _lazy, _line in imports("difflab.workflows.session"))
+
+
+def parse(command: str, *argv: str) -> Any:
+    return build_parser(command).parse_args([command, *argv])
+
+
+@pytest.mark.parametrize("command", ["run", "observe", "selfcheck", "contains", "backport"])
+def test_every_session_command_takes_the_shared_options(command: str, tmp_path: Path) -> None:
+    required = {"backport": ["--repo", str(tmp_path), "--ref", "main"], "observe": ["--side", "head"]}
+    fork = required.get(command, [])
+    args = parse(command, *fork, "--timeout", "7", "--fix", "1")
+    assert args.timeout == 7.0 and args.fixes == ["1"]
+    if command != "observe":  # one side of a fan-out is merged, then sealed
+        args = parse(command, *fork, "--no-bundle", "--key", str(tmp_path / "k.pem"))
+        assert args.bundle is False and args.key == tmp_path / "k.pem"
+    if command in ("run", "observe", "selfcheck"):
+        args = parse(command, *fork, "--source", "git", "--repo", str(tmp_path))
+        assert (args.source_kind, args.repo) == ("git", str(tmp_path))
+
+
+# -- registries: every entry implements its protocol ----------------------------------------------------------
+def protocol_members(protocol: type) -> set[str]:
+    """The attributes and methods a protocol declares (its own, not ``Protocol``'s)."""
+    own = set(getattr(protocol, "__annotations__", {})) | {
+        name for name, value in vars(protocol).items() if callable(value) or isinstance(value, classmethod)
+    }
+    return {n for n in own if not n.startswith("_")}
+
+
+def test_every_runner_implements_the_runner_protocol() -> None:
+    from difflab.runner import RUNNERS
+    from difflab.runner.base import Runner
+
+    members = protocol_members(Runner)
+    assert {"name", "result_cache", "local_environment", "hermetic", "describe", "run"} <= members
+    for name, cls in RUNNERS.items():
+        assert cls.name == name
+        assert [m for m in members if not hasattr(cls, m)] == [], cls
+        assert {f: type(getattr(cls, f)) for f in ("result_cache", "local_environment", "hermetic")} == dict.fromkeys(
+            ("result_cache", "local_environment", "hermetic"), bool
+        ), cls
+
+
+def test_every_source_implements_the_source_protocol() -> None:
+    from difflab.source import SOURCES
+    from difflab.source.base import SourceBackend
+
+    members = protocol_members(SourceBackend)
+    assert {"kind", "for_matrix", "pin", "materialise"} <= members
+    for kind, cls in SOURCES.items():
+        assert cls.kind == kind
+        assert [m for m in members if not hasattr(cls, m)] == [], cls
+        assert isinstance(inspect.getattr_static(cls, "for_matrix"), classmethod), cls
+
+
+def test_no_concrete_source_is_built_outside_the_source_package() -> None:
+    from difflab.source import SOURCES
+
+    classes = {cls.__name__ for cls in SOURCES.values()}
+    built = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} builds {node.func.id}"
+        for module, path in MODULES.items()
+        if unit(module) != "source"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes
+    ]
+    assert built == []

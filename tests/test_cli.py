@@ -132,4 +132,18 @@ def test_a_run_does_not_import_the_other_commands_workflows() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('difflab.workflows.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "['difflab.workflows.merge']"
+    # the session is the steps every workflow shares, not another command's workflow
+    assert out.stdout.strip().splitlines()[-1] == "['difflab.workflows.merge', 'difflab.workflows.session']"
+
+
+def test_selfcheck_takes_the_session_options_and_refuses_bad_input_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    argv = ["selfcheck", "--no-bundle", "--timeout", "60", "--source", "git", "--fix", "12345", "--out", str(out)]
+    assert main(argv) == 2
+    assert "unknown fix '12345'" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as exited:  # argparse names the choices
+        main(["selfcheck", "--source", "tarball", "--out", str(out)])
+    assert exited.value.code == 2 and "invalid choice: 'tarball'" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import pytest
 from junitparser import JUnitXml
 
 from difflab.cli import main as cli
+from test_bundle_support import make_key
 from test_git_support import matrix_copy, release_repos
 from upstream_fixtures import EXPECTED, FILES
 
@@ -85,3 +86,26 @@ def test_git_source_gives_the_same_verdicts_as_the_release_source(tmp_path: Path
             "43719b": "unavailable",
         }
     )
+
+
+def test_selfcheck_mutates_the_locked_git_head_and_its_sealed_folder_verifies(tmp_path: Path) -> None:
+    """``selfcheck --source git``: the head is the locked commit's worktree, mutated; the folder is sealed."""
+    repos = release_repos()
+    matrix = matrix_copy(tmp_path / "m")
+    cli(["lock", "--matrix", str(matrix), "--repo", str(repos.upstream)])
+    private, public = make_key(tmp_path / "keys")
+    out = tmp_path / "selfcheck"
+    argv = ["selfcheck", "--source", "git", "--repo", str(repos.upstream), "--matrix", str(matrix)]
+    rc = cli([*argv, "--fix", "38935", "--out", str(out), "--timeout", "120", "--key", str(private)])
+    doc = json.loads((out / "selfcheck.json").read_text())
+    assert rc == 0, [(m["mutation"], m["outcome"], m["reason"]) for m in doc["mutations"]]
+    head = repos.commits["0.5.21"]
+    assert doc["passed"] and doc["mutations"] and {m["head"] for m in doc["mutations"]} == {head[:12]}
+    observed = [o["source"] for m in doc["mutations"] for o in m["observations"]]
+    assert observed and {(s["kind"], s["commit"]) for s in observed} == {("git", head)}
+    assert {s["mutation"] for s in observed} == {m["mutation"] for m in doc["mutations"]}
+    run = json.loads((out / "run.json").read_text())
+    assert (run["command"], run["source_kind"], run["exit_code"]) == ("selfcheck", "git", 0)
+    assert cli(["verify", str(out), "--key", str(public)]) == 0
+    (out / "selfcheck.json").write_text(json.dumps({**doc, "passed": False}))
+    assert cli(["verify", str(out), "--key", str(public)]) != 0, "the seal covers the self-check's result"

@@ -25,13 +25,13 @@ from difflab.cli import main as cli
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.probe import upstream_facts as facts
+from difflab.report.upstream_tests import section, write_files
 from difflab.upstream_tests.agreement import pair_agreement, single_agreement
 from difflab.upstream_tests.files import ENV, Tree, locate
 from difflab.upstream_tests.files import tests_dir as resolve_tests_dir
 from difflab.upstream_tests.outcomes import Outcome, Reference, change, read_part, read_test
 from difflab.upstream_tests.process import child_env
 from difflab.upstream_tests.replay import Plan, Row, replay
-from difflab.upstream_tests.report import section, write_files
 from difflab.upstream_tests.staging import closure, stage_pytest
 from difflab.upstream_tests.symbols import SymbolIndex
 from difflab.upstream_tests.witness import with_flag

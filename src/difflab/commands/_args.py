@@ -99,7 +99,7 @@ def no_cache(parser: argparse.ArgumentParser) -> None:
 
 
 def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only: bool = False) -> None:
-    """The arguments behind :class:`~difflab.workflows.observe.Selection`: matrix, fixes, out, back end, cache."""
+    """The arguments behind :class:`~difflab.workflows.session.Selection`: matrix, fixes, out, back end, cache."""
     matrix(parser)
     fixes(parser)
     out(parser, out_default)
@@ -107,15 +107,44 @@ def add_selection(parser: argparse.ArgumentParser, out_default: str, local_only:
     no_cache(parser)
 
 
+def add_session(
+    parser: argparse.ArgumentParser,
+    out_default: str,
+    *,
+    local_only: bool = False,
+    sources: bool = True,
+    sealed: bool = True,
+) -> None:
+    """Every argument of :class:`~difflab.workflows.session.ProbeOptions`, so every command that writes a
+    run folder reads them the same: the selection, ``--timeout``, ``--no-bundle``/``--key`` (``sealed``:
+    unless the folder is one cell of a fan-out, never sealed) and ``--source``/``--repo`` (``sources``:
+    for commands that materialise a fix's sides)."""
+    add_selection(parser, out_default, local_only)
+    timeout(parser)
+    if sealed:
+        bundle(parser)
+    if sources:
+        source(parser)
+
+
 def selection(args: argparse.Namespace) -> dict[str, object]:
-    """The :class:`~difflab.workflows.observe.Selection` fields the arguments above set."""
+    """The :class:`~difflab.workflows.session.Selection` fields the arguments above set."""
     return {k: getattr(args, k) for k in ("matrix", "fixes", "out", "force", "runner", "use_cache")}
 
 
+SESSION_FIELDS = {
+    "timeout": "timeout_s",
+    "bundle": "bundle",
+    "key": "key",
+    "source_kind": "source_kind",
+    "repo": "repo",
+}
+"""Argument name -> :class:`~difflab.workflows.session.ProbeOptions` field, for those a command declared."""
+
+
 def probe_options(args: argparse.Namespace) -> dict[str, object]:
-    """The :class:`~difflab.workflows.observe.ProbeOptions` fields the arguments above set."""
-    options = selection(args) | {"timeout_s": args.timeout}
-    return options | {k: getattr(args, k) for k in ("bundle", "key") if hasattr(args, k)}
+    """The :class:`~difflab.workflows.session.ProbeOptions` fields the arguments above set."""
+    return selection(args) | {f: getattr(args, a) for a, f in SESSION_FIELDS.items() if hasattr(args, a)}
 
 
 def archive_limit(parser: argparse.ArgumentParser) -> None:

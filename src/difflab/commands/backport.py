@@ -17,12 +17,11 @@ HELP = "run each fix's probes on a fork's ref: present, absent, partial or error
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, help="the fork: git URL or local path")
     parser.add_argument("--ref", required=True, help="branch, tag or commit of the fork to check")
-    _args.add_selection(parser, "results/backport-<timestamp>")
+    _args.add_session(parser, "results/backport-<timestamp>", sources=False)
     parser.add_argument(
         "--upstream",
         help=f"where upstream fix commits come from, for the evidence (default: ${REPO_ENV} or SGLang upstream)",
     )
-    _args.timeout(parser)
     _args.upstream_tests(parser)
     parser.add_argument(
         "--scan-limit",
@@ -30,13 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SCAN_LIMIT,
         help="fork commits scanned for a patch-equivalent commit (default: %(default)s)",
     )
-    _args.bundle(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    fork = {"repo": args.repo, "ref": args.ref, "upstream": args.upstream, "scan_limit": args.scan_limit}
+    fork = {"ref": args.ref, "upstream": args.upstream, "scan_limit": args.scan_limit}
     fork["upstream_tests"] = args.upstream_tests
-    req = BackportRequest(**fork, **_args.probe_options(args))
+    req = BackportRequest(**fork, **_args.probe_options(args))  # --repo (the fork) is a session option
     reporter = Reporter()
     outcome = execute(req, reporter)
     for v in outcome.verdicts:

@@ -8,8 +8,8 @@ import json
 from difflab.commands import _args
 from difflab.matrix import load_matrix
 from difflab.progress import Reporter
-from difflab.source.git import GitSource
-from difflab.workflows.bisect import run_bisect
+from difflab.source import repository
+from difflab.workflows.bisect import BisectRequest, run_bisect
 
 NAME = "bisect"
 HELP = "git bisect run with a fix's probes: --good shows the old behaviour, --bad the new one"
@@ -35,11 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     fix = matrix.fix(args.fix)
-    source = GitSource(repo=args.repo)
+    source = repository(args.repo)
     out = Reporter()
-    result = run_bisect(
-        fix, matrix.path, source, args.good, args.bad, probe_names=args.probes, timeout_s=args.timeout, say=out.say
-    )
+    req = BisectRequest(fix, matrix.path, args.good, args.bad, probe_names=args.probes, timeout_s=args.timeout)
+    result = run_bisect(req, source, say=out.say)
     for step in result.steps:
         out.say(f"step {step['commit'][:12]} like {step['like']}: {step['answer']}  {step['subject']}")
     if args.json:

@@ -7,7 +7,7 @@ import argparse
 from difflab.commands import _args
 from difflab.files.names import argument_path
 from difflab.progress import Reporter
-from difflab.workflows.merge import merge
+from difflab.workflows.merge import MergeRequest, execute
 
 NAME = "merge"
 HELP = "judge observations written by `difflab observe` runs (one folder per CI cell)"
@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     reporter = Reporter()
-    verdicts = merge(args.folders, args.out, args.matrix, args.bundle, reporter, force=args.force)
-    reporter.table(verdicts, args.out)
-    return 0 if all(v.passed for v in verdicts) else 1
+    req = MergeRequest(folders=args.folders, out=args.out, matrix=args.matrix, bundle=args.bundle, force=args.force)
+    outcome = execute(req, reporter)
+    reporter.table(outcome.verdicts, args.out)
+    return outcome.exit_code

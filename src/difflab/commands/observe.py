@@ -14,7 +14,7 @@ HELP = "run the probes of the selected fixes on ONE side only; `difflab merge` j
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    run_cmd.add_probe_arguments(parser)
+    run_cmd.add_probe_arguments(parser, sealed=False)  # a cell's folder is merged, never sealed
     parser.add_argument("--side", required=True, choices=list(SIDES), help="which side to observe")
 
 

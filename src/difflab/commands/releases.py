@@ -12,7 +12,17 @@ from difflab.matrix import load_matrix
 from difflab.paths import refuse_installed
 from difflab.source.index import IndexClient
 from difflab.source.pip_config import pip_settings
-from difflab.source.release_lock import compare, load_lock, matrix_floor, parse_floor, pin_new, refuse_changes
+from difflab.source.release_lock import (
+    LockReport,
+    ReleaseLock,
+    Sighting,
+    compare,
+    load_lock,
+    matrix_floor,
+    parse_floor,
+    pin_new,
+    refuse_changes,
+)
 
 NAME = "releases"
 HELP = "list SGLang releases from the package index pip uses; --lock pins new ones (trust on first use)"
@@ -26,6 +36,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock", action="store_true", help="pin every new release's wheel sha256 into the lock")
     parser.add_argument("--pre", action="store_true", help="watch pre-releases too (listed, skipped by default)")
     parser.add_argument("--yanked", action="store_true", help="watch yanked releases too (listed, skipped by default)")
+
+
+def _row(s: Sighting, package: str, locking: bool) -> tuple[str, ...]:
+    """One release as the table shows it: the listed wheel, else the locked one."""
+    file = s.release.file if s.release else (s.locked.file if s.locked else "")
+    sha = (s.release.sha256 or "") if s.release else (s.locked.sha256 if s.locked else "")
+    uploaded = (s.release.upload_time or "") if s.release else ""
+    state = s.state if s.state != "new" or locking else "new (not locked; --lock pins it)"
+    style = STYLE[s.state]
+    tags = file.removeprefix(f"{package}-{s.version}-").removesuffix(".whl")
+    return s.version, tags, sha[:12], uploaded[:10], f"[{style}]{state}[/{style}] {s.detail}".strip()
+
+
+def _pin(out: Console, lock: ReleaseLock, report: LockReport) -> None:
+    added = pin_new(lock, report)
+    if not added:
+        out.print(f"no new release; {lock.path} unchanged")
+        return
+    lock.save()
+    for entry in added:
+        out.print(f"new: {entry.version} pinned ({entry.file} sha256 {entry.sha256})")
+    out.print(f"wrote {lock.path}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,23 +74,9 @@ def main(args: argparse.Namespace) -> int:
     for column in ("version", "wheel tags", "sha256", "uploaded", "state"):
         table.add_column(column, overflow="fold")
     for s in report.sightings:
-        file = s.release.file if s.release else (s.locked.file if s.locked else "")
-        sha = (s.release.sha256 or "") if s.release else (s.locked.sha256 if s.locked else "")
-        uploaded = (s.release.upload_time or "") if s.release else ""
-        state = s.state if s.state != "new" or args.lock else "new (not locked; --lock pins it)"
-        style = STYLE[s.state]
-        tags = file.removeprefix(f"{lock.package}-{s.version}-").removesuffix(".whl")
-        table.add_row(s.version, tags, sha[:12], uploaded[:10], f"[{style}]{state}[/{style}] {s.detail}".strip())
+        table.add_row(*_row(s, lock.package, args.lock))
     out.print(table)
     refuse_changes(report, lock)
-    if not args.lock:
-        return 0
-    added = pin_new(lock, report)
-    if added:
-        lock.save()
-        for entry in added:
-            out.print(f"new: {entry.version} pinned ({entry.file} sha256 {entry.sha256})")
-        out.print(f"wrote {lock.path}")
-    else:
-        out.print(f"no new release; {lock.path} unchanged")
+    if args.lock:
+        _pin(out, lock, report)
     return 0

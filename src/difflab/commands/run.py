@@ -14,11 +14,9 @@ NAME = "run"
 HELP = "run the fixes' probes on base and head sources and write verdicts"
 
 
-def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
-    """What ``run`` and ``observe`` share: which fixes, from where, on which back end."""
-    _args.add_selection(parser, "results/<timestamp>")
-    _args.source(parser)
-    _args.timeout(parser)
+def add_probe_arguments(parser: argparse.ArgumentParser, sealed: bool = True) -> None:
+    """What ``run`` and ``observe`` share: the session's arguments (which fixes, from where, on which back end)."""
+    _args.add_session(parser, "results/<timestamp>", sealed=sealed)
     selfcheck = "also apply each fix's reverting mutations to its head (causality self-check)"
     parser.add_argument("--selfcheck", action="store_true", help=selfcheck)
 
@@ -60,12 +58,11 @@ def add_throughput_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_probe_arguments(parser)
     _args.upstream_tests(parser)
-    _args.bundle(parser)
     add_throughput_arguments(parser)
 
 
 def request(args: argparse.Namespace, **overrides: object) -> RunRequest:
-    fields = _args.probe_options(args) | {"source_kind": args.source_kind, "repo": args.repo}
+    fields = _args.probe_options(args)
     fields["upstream_tests"] = getattr(args, "upstream_tests", None)
     if getattr(args, "throughput", False):
         fields["throughput"] = ThroughputOptions(

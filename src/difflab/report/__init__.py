@@ -5,7 +5,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict
 from difflab.files.names import printable
 from difflab.report import throughput as throughput_report
@@ -13,6 +12,7 @@ from difflab.report.junit import verdict_cases, write_cases, write_junit, xml_te
 from difflab.report.markdown import cell, write_summary
 from difflab.report.record import RunRecord
 from difflab.report.results import write_diff_json
+from difflab.report.throughput import Measured
 
 
 def write_reports(
@@ -23,20 +23,21 @@ def write_reports(
     suite: str = "difflab",
     extra: dict | None = None,
     appendix: Sequence[str] = (),
-    throughput: list[ThroughputResult] | None = None,
-    fail_above: float | None = None,
+    throughput: Measured | None = None,
 ) -> None:
     """diff.json, junit.xml and summary.md for ``verdicts``: each fix's throughput A/B if measured, and
     ``appendix`` (more Markdown for the summary, e.g. SGLang's own tests)."""
-    write_diff_json(folder / "diff.json", verdicts, extra, throughput)
+    fail_above = throughput.fail_above if throughput else None
+    measured = throughput.results if throughput else None
+    write_diff_json(folder / "diff.json", verdicts, extra, measured)
     junit, summary = folder / "junit.xml", folder / "summary.md"
-    if not throughput:
+    if not measured:
         _or_stand_in(junit, lambda: write_junit(junit, verdicts, suite_name=suite))
         _or_stand_in(summary, lambda: write_summary(summary, verdicts, title, appendix))
         return
-    cases = [*verdict_cases(verdicts), *throughput_report.junit_cases(throughput, fail_above)]
+    cases = [*verdict_cases(verdicts), *throughput_report.junit_cases(measured, fail_above)]
     _or_stand_in(junit, lambda: write_cases(junit, suite, cases))
-    section = throughput_report.summary_lines(throughput, fail_above)
+    section = throughput_report.summary_lines(measured, fail_above)
     _or_stand_in(summary, lambda: write_summary(summary, verdicts, title, [*section, *appendix]))
 
 
@@ -64,4 +65,4 @@ def _or_stand_in(path: Path, write: Callable[[], None]) -> None:
             )
 
 
-__all__ = ["RunRecord", "write_diff_json", "write_junit", "write_reports", "write_summary"]
+__all__ = ["Measured", "RunRecord", "write_diff_json", "write_junit", "write_reports", "write_summary"]

@@ -10,6 +10,9 @@ from difflab.diff.verdict import FixVerdict
 from difflab.observation import SCHEMA_VERSION
 from difflab.report.record import write_json
 
+SCHEMA = SCHEMA_VERSION
+"""diff.json's schema version: that of the observations it carries inline."""
+
 
 def diff_document(
     verdicts: list[FixVerdict],
@@ -19,7 +22,7 @@ def diff_document(
     """Every fix's verdict; with a throughput A/B, its ``throughput`` part in the fix's entry."""
     measured = {r.fix: r.to_dict() for r in throughput or []}
     fixes = [v.to_dict() | ({"throughput": measured[v.id]} if v.id in measured else {}) for v in verdicts]
-    doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "fixes": fixes}
+    doc: dict[str, Any] = {"schema": SCHEMA, "fixes": fixes}
     doc["passed"] = all(v.passed for v in verdicts)
     if extra:
         doc.update(extra)

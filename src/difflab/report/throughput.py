@@ -1,17 +1,36 @@
-"""The throughput part of a run's reports: a section of summary.md, JUnit cases, the diff.json part.
+"""The throughput part of a run's reports: a section of summary.md, JUnit cases, the diff.json part, the logs.
 
 One row per fix (ratio head/base of time per item, its interval, the Wilcoxon p on the paired
 rounds, the mark, the growth exponent per side), then one per workload and size. Informational
-unless a factor was given: then a significant slowdown beyond it is a failed JUnit case.
+unless a factor was given: then a significant slowdown beyond it is a failed JUnit case. The
+diff.json part is each :class:`~difflab.diff.throughput.ThroughputResult`'s own ``to_dict`` inside
+the fix's entry (diff.json's schema, :data:`difflab.report.results.SCHEMA`); the bench logs' tails
+go to ``throughput/<fix>/<side>.log``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from difflab.diff.throughput import ALPHA, MAX_SPREAD, MIN_EFFECT, ThroughputResult
 from difflab.report.junit import Case
 from difflab.report.markdown import cell, table
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A run's throughput A/B beside its verdicts: every fix's result, and the slowdown factor that fails
+    the run (None: informational)."""
+
+    results: list[ThroughputResult]
+    fail_above: float | None = None
+
+
+THROUGHPUT_DIR = "throughput"
+LOG_LINES = 200
+"""A bench child's log kept to its tail: a whole log repeats a line per failed request."""
 
 MEANING = {
     "+": "slower",
@@ -136,3 +155,15 @@ def junit_cases(results: list[ThroughputResult], fail_above: float | None) -> It
             yield Case(classname, name, "failed", f"{message}: beyond x{fail_above:g}", "slower", None, details)
         else:
             yield Case(classname, name, "passed", message, "", None, f"{message}\n{details}")
+
+
+def write_log_tail(work: Path, fix_id: str, side: str, text: str) -> Path:
+    """The last :data:`LOG_LINES` lines of one side's bench log, saying how many earlier ones were not kept."""
+    dest = work / THROUGHPUT_DIR / fix_id / f"{side}.log"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    lines = text.strip().splitlines()
+    kept = "\n".join(lines[-LOG_LINES:])
+    if len(text.splitlines()) > LOG_LINES:
+        kept = f"[{len(text.splitlines()) - LOG_LINES} earlier lines not kept]\n{kept}"
+    dest.write_text(kept + "\n")
+    return dest

@@ -1,11 +1,11 @@
 """Execution back ends: how a probe gets run against a source.
 
 All answer :class:`~difflab.runner.base.Runner`. Each back end is a class that declares its
-``name`` (the ``--backend`` value), whether the result cache may answer for it
-(``result_cache``) and whether it runs probes in the local shared environment
-(``local_environment``) and whether it may run code nobody vouched for (``hermetic``: no
-network, nothing of the host writable but its output); :data:`RUNNERS` lists them. A new back end is a new module here
-and one entry in that tuple, nothing else.
+``name`` (the ``--backend`` value) and three flags the protocol documents: ``result_cache`` (may the
+result cache answer for it), ``local_environment`` (does it run probes in the local shared
+environment) and ``hermetic`` (may it run code nobody vouched for: no network, nothing of the host
+writable but its output); :data:`RUNNERS` lists them. A new back end is a new module here and one
+entry in that tuple, nothing else.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from difflab.runner.docker import DockerRunner
 from difflab.runner.subprocess import SubprocessRunner
 from difflab.runner.warm import WarmRunner
 
-RUNNERS: dict[str, type[Any]] = {cls.name: cls for cls in (SubprocessRunner, WarmRunner, DockerRunner)}
+RunnerClass = type[Runner]
+"""A registered back end class: its flags are read before an instance exists."""
+
+RUNNERS: dict[str, RunnerClass] = {cls.name: cls for cls in (SubprocessRunner, WarmRunner, DockerRunner)}
 """``--backend NAME`` -> back end class."""
 
 DEFAULT = WarmRunner.name
@@ -33,7 +36,7 @@ def _stderr(message: str) -> None:
     print(f"difflab: {message}", file=sys.stderr)
 
 
-def runner_class(name: str) -> type[Any]:
+def runner_class(name: str) -> RunnerClass:
     try:
         return RUNNERS[name]
     except KeyError:
@@ -70,4 +73,4 @@ def build_runner(
     return CachingRunner(inner=runner, environment=environment, cache_dir=cache / "results" if cache else None)
 
 
-__all__ = ["DEFAULT", "RUNNERS", "ProbeJob", "Runner", "build_runner", "runner_class", "runner_for"]
+__all__ = ["DEFAULT", "RUNNERS", "ProbeJob", "Runner", "RunnerClass", "build_runner", "runner_class", "runner_for"]

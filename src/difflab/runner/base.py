@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from difflab.observation import Observation
 from difflab.source.base import MaterialisedSource
@@ -34,9 +34,23 @@ Progress = Callable[[Observation], None]
 
 
 class Runner(Protocol):
-    """Runs probe jobs; never raises for a probe's failure (that is an ``error`` observation)."""
+    """Runs probe jobs; never raises for a probe's failure (that is an ``error`` observation).
+
+    Registered by ``name`` in :data:`difflab.runner.RUNNERS`; the three class-level flags are what
+    the workflows ask of a back end before they build it (:class:`difflab.workflows.session.Session`).
+    """
 
     name: str
+    """The ``--backend`` value that selects this back end (recorded in every observation)."""
+    result_cache: ClassVar[bool]
+    """Whether a cached observation may answer for this back end (no: its results depend on more
+    than the source, environment and probe the cache keys on, e.g. a container image)."""
+    local_environment: ClassVar[bool]
+    """Whether probes run in the local shared environment, which the workflow then makes ready
+    (``--upstream-tests`` and ``contains``/``selfcheck`` need it)."""
+    hermetic: ClassVar[bool]
+    """Whether it may run code nobody vouched for: no network, nothing of the host writable but its
+    output (an unsigned bundle's re-run and a fork's code need it)."""
 
     def describe(self) -> dict[str, Any]:
         """Recorded in run.json (e.g. the Docker image digest)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from difflab.matrix.model import Fix, SidePin
+from difflab.matrix.model import Fix, Matrix, SidePin
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,19 @@ class MaterialisedSource:
 
 
 class SourceBackend(Protocol):
-    """Materialises the pinned source of one side of a fix."""
+    """Materialises the pinned source of one side of a fix.
+
+    Registered by ``kind`` (the ``--source`` value) in :data:`difflab.source.SOURCES`; a workflow
+    gets one through :func:`difflab.source.for_matrix`, never by naming the class.
+    """
 
     kind: str
+    """The ``--source`` value that selects this back end."""
+
+    @classmethod
+    def for_matrix(cls, matrix: Matrix, repo: str | None = None) -> SourceBackend:
+        """The back end a workflow uses for ``matrix``'s fixes (``repo``: ``--repo``, where it means something)."""
+        ...
 
     def pin(self, fix: Fix, side: str, matrix_path: Path | None = None) -> SidePin:
         """The pin this back end materialises for one side (or the matrix's reason there is none)."""

@@ -106,35 +106,37 @@ def load_lock(path: Path, *, missing_ok: bool = True) -> ReleaseLock:
     table = raw.get("releases", {})
     if not isinstance(package, str) or not isinstance(table, dict):
         raise ConfigError(f"{path}: 'package' must be a string and 'releases' a table")
-    releases = {}
-    for version, entry in table.items():
-        where = f"{path}: releases.{version!r}"
-        try:
-            normal = str(Version(version))
-        except InvalidVersion:
-            raise ConfigError(f"{where}: not a version") from None
-        if normal != version:
-            raise ConfigError(f"{where}: write the version as {normal!r}")
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be a table")
-        for key in ("file", "sha256", "first_seen"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise ConfigError(f"{where}.{key}: missing or not a string")
-        if len(entry["sha256"]) != 64 or any(c not in "0123456789abcdef" for c in entry["sha256"]):
-            raise ConfigError(f"{where}.sha256: not a lower-case hex sha256")
-        unknown = set(entry) - {"file", "sha256", "first_seen", "prerelease", "yanked"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
-        _check_names_release(entry["file"], version, f"{where}.file")
-        releases[version] = LockedRelease(
-            version=version,
-            file=entry["file"],
-            sha256=entry["sha256"],
-            first_seen=entry["first_seen"],
-            prerelease=bool(entry.get("prerelease", False)),
-            yanked=entry.get("yanked"),
-        )
+    releases = {version: _locked(f"{path}: releases.{version!r}", version, entry) for version, entry in table.items()}
     return ReleaseLock(path=path, package=package, releases=releases)
+
+
+def _locked(where: str, version: str, entry: Any) -> LockedRelease:
+    """One ``[releases."X.Y.Z"]`` entry, every key checked; ``where`` names it in the message."""
+    try:
+        normal = str(Version(version))
+    except InvalidVersion:
+        raise ConfigError(f"{where}: not a version") from None
+    if normal != version:
+        raise ConfigError(f"{where}: write the version as {normal!r}")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for key in ("file", "sha256", "first_seen"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise ConfigError(f"{where}.{key}: missing or not a string")
+    if len(entry["sha256"]) != 64 or any(c not in "0123456789abcdef" for c in entry["sha256"]):
+        raise ConfigError(f"{where}.sha256: not a lower-case hex sha256")
+    unknown = set(entry) - {"file", "sha256", "first_seen", "prerelease", "yanked"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
+    _check_names_release(entry["file"], version, f"{where}.file")
+    return LockedRelease(
+        version=version,
+        file=entry["file"],
+        sha256=entry["sha256"],
+        first_seen=entry["first_seen"],
+        prerelease=bool(entry.get("prerelease", False)),
+        yanked=entry.get("yanked"),
+    )
 
 
 def _check_names_release(file: str, version: str, where: str) -> None:
@@ -183,6 +185,36 @@ def _selected(release: ReleaseFile, include_pre: bool, include_yanked: bool) -> 
     return "; ".join(why)
 
 
+def _locked_sighting(listing: Listing, version: str, locked: LockedRelease) -> Sighting:
+    """A locked release: still served with the locked hash, served with another (``changed``), or gone."""
+    release = listing.releases.get(version)
+    served = listing.served.get((version, locked.file), "missing")
+    if served == "missing":
+        return Sighting(version, "gone", release, f"{locked.file} is no longer served", locked)
+    if served is not None and served != locked.sha256:
+        detail = f"{locked.file}: locked sha256 {locked.sha256} (first seen {locked.first_seen}), now {served}"
+        return Sighting(version, "changed", release, detail, locked)
+    return Sighting(version, "locked", release, f"since {locked.first_seen}", locked)
+
+
+def _unlocked_sighting(
+    listing: Listing, version: str, pin: ReleasePin | None, include_pre: bool, include_yanked: bool
+) -> Sighting:
+    """A release not in the lock: new, skipped (unusable or not watched), or changed (no hash, or not the matrix's)."""
+    release = listing.releases.get(version)
+    if release is None:
+        return Sighting(version, "skipped", None, listing.unusable.get(version, "no usable wheel"))
+    why = _selected(release, include_pre, include_yanked)
+    if why:
+        return Sighting(version, "skipped", release, why)
+    if release.sha256 is None:
+        return Sighting(version, "changed", release, f"{release.file}: the index publishes no sha256")
+    if pin is not None and (pin.file, pin.sha256) != (release.file, release.sha256):
+        detail = f"the matrix pins {pin.file} sha256 {pin.sha256}, the index serves {release.file} {release.sha256}"
+        return Sighting(version, "changed", release, detail)
+    return Sighting(version, "new", release)
+
+
 def compare(
     lock: ReleaseLock,
     listing: Listing,
@@ -198,33 +230,13 @@ def compare(
     for version in listing.versions:
         if Version(version) < low:
             continue
-        release = listing.releases.get(version)
         locked = lock.releases.get(version)
         if locked is not None:
-            served = listing.served.get((version, locked.file), "missing")
-            if served == "missing":
-                sightings.append(Sighting(version, "gone", release, f"{locked.file} is no longer served", locked))
-            elif served is not None and served != locked.sha256:
-                detail = f"{locked.file}: locked sha256 {locked.sha256} (first seen {locked.first_seen}), now {served}"
-                sightings.append(Sighting(version, "changed", release, detail, locked))
-            else:
-                sightings.append(Sighting(version, "locked", release, f"since {locked.first_seen}", locked))
-            continue
-        if release is None:
-            sightings.append(Sighting(version, "skipped", None, listing.unusable.get(version, "no usable wheel")))
-            continue
-        why = _selected(release, include_pre, include_yanked)
-        if why:
-            sightings.append(Sighting(version, "skipped", release, why))
-            continue
-        pin = matrix_pins.get(version)
-        if release.sha256 is None:
-            sightings.append(Sighting(version, "changed", release, f"{release.file}: the index publishes no sha256"))
-        elif pin is not None and (pin.file, pin.sha256) != (release.file, release.sha256):
-            detail = f"the matrix pins {pin.file} sha256 {pin.sha256}, the index serves {release.file} {release.sha256}"
-            sightings.append(Sighting(version, "changed", release, detail))
+            sightings.append(_locked_sighting(listing, version, locked))
         else:
-            sightings.append(Sighting(version, "new", release))
+            sightings.append(
+                _unlocked_sighting(listing, version, matrix_pins.get(version), include_pre, include_yanked)
+            )
     for version in lock.versions:
         if Version(version) >= low and version not in listing.releases and version not in listing.unusable:
             gone = Sighting(version, "gone", None, "not listed by any index any more", lock.releases[version])

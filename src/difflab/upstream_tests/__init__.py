@@ -3,13 +3,13 @@
 ``files`` (where test files come from), ``process`` (the test child, one per source),
 ``outcomes`` (passed / failed / error / stale / skipped and the change), ``symbols`` (does a
 source define a name: what the fix adds), ``replay`` (plans to results), ``agreement``
-(beside the probes' verdicts), ``witness`` (per workflow), ``report`` (the files written),
-``staging`` (the lab's own pytest for pytest-style files).
+(beside the probes' verdicts), ``witness`` (per workflow), ``staging`` (the lab's own pytest for
+pytest-style files). The files a replay leaves in a results folder are written by
+:mod:`difflab.report.upstream_tests`.
 """
 
 from difflab.upstream_tests.files import ENV, tests_dir
 from difflab.upstream_tests.replay import FixReplay
-from difflab.upstream_tests.report import section, write_files
 from difflab.upstream_tests.witness import (
     agree_on_side,
     agree_with_run,
@@ -27,8 +27,6 @@ __all__ = [
     "for_run",
     "for_sources",
     "release_reference",
-    "section",
     "tests_dir",
     "with_flag",
-    "write_files",
 ]

@@ -10,36 +10,26 @@ backport.json, junit.xml and summary.md, so it can be sealed as a bundle.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
-from difflab.backport.report import write_backport_json, write_backport_junit, write_backport_summary
-from difflab.bundle import seal
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
-from difflab.files.atomic import check_out, results_folder
-from difflab.matrix import Fix, ReleasePin, load_matrix
-from difflab.paths import default_results
+from difflab.observation import Observation
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
-from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
-from difflab.runner import build_runner, runner_class
-from difflab.runner.jobs import check_probe_files
+from difflab.report.backport import write_files
+from difflab.report.upstream_tests import section
+from difflab.report.upstream_tests import write_files as write_upstream_files
+from difflab.source import releases, repository
 from difflab.source.base import MaterialisedSource
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
-from difflab.source.release import ReleaseSource
-from difflab.upstream_tests import (
-    agree_on_side,
-    for_sources,
-    release_reference,
-    section,
-    tests_dir,
-    with_flag,
-    write_files,
-)
-from difflab.workflows.observe import ProbeOptions, observe
+from difflab.upstream_tests import agree_on_side, for_sources, release_reference, tests_dir, with_flag
+from difflab.workflows.observe import observe
+from difflab.workflows.session import Outcome, ProbeOptions, Session
 
 SIDE = "fork"
 
@@ -49,6 +39,7 @@ class BackportRequest(ProbeOptions):
     """Everything that determines a backport check (recorded in run.json)."""
 
     repo: str
+    """The fork: git URL or local path."""
     ref: str
     upstream: str | None = None
     scan_limit: int = DEFAULT_SCAN_LIMIT
@@ -58,28 +49,21 @@ class BackportRequest(ProbeOptions):
 
 
 @dataclass
-class BackportOutcome:
-    out_dir: Path
-    exit_code: int
-    verdicts: list[BackportVerdict]
-
-
-def default_out() -> Path:
-    return default_results() / f"backport-{folder_stamp(utc_now())}"
+class BackportOutcome(Outcome):
+    verdicts: list[BackportVerdict] = field(default_factory=list)
 
 
 def replay_upstream_tests(
+    session: Session,
     work: Path,
-    fixes: list[Fix],
     fork: MaterialisedSource,
-    releases: dict[str, ReleasePin],
     verdicts: list[BackportVerdict],
     env: SharedEnvironment,
     folder: Path,
-    say: Callable[[str], None],
 ) -> list[str]:
     """SGLang's own tests of each fix on the fork (its own copies first), beside each verdict; the Markdown section."""
-    backend = ReleaseSource(releases)
+    fixes, say = session.fixes, session.say
+    backend = releases(session.matrix.releases)  # the fix's own base and head decide which names it adds
     references = {fix.id: release_reference(fix, backend) for fix in fixes}
     replays = for_sources(fixes, {SIDE: fork}, references, env, folder, say)
     agreements = agree_on_side(replays, {(v.id, SIDE): v.verdict for v in verdicts})
@@ -90,7 +74,7 @@ def replay_upstream_tests(
             v.reason = with_flag(v.reason, found)
             v.disagreements += [found.flag] if found.flag else []
             say(f"upstream tests #{v.fix}: {found.text}")
-    write_files(work, replays, folder)
+    write_upstream_files(work, replays, folder)
     return section(replays)
 
 
@@ -101,70 +85,82 @@ LOCAL_NOTE = (
 """Said once by ``backport`` on a local back end: what its verdict is worth for code nobody vouched for."""
 
 
+@dataclass
+class _Fork:
+    """The fork's ref, checked out, and where upstream's fix commits come from (the evidence)."""
+
+    source: GitSource
+    tree: MaterialisedSource
+    ref: str
+    upstream: str
+
+    def document(self) -> dict[str, Any]:
+        identity = self.tree.identity
+        return {**identity, "ref": self.ref, "subject": self.tree.extra.get("subject"), "upstream": self.upstream}
+
+
+def _fork(req: BackportRequest, with_tests: bool, say: Callable[[str], None]) -> _Fork:
+    source = repository(req.repo, cache=req.cache, with_tests=with_tests)
+    say(f"fork {source.repo} at {req.ref}")
+    tree = source.rev(req.ref, what=f"{req.ref!r}")
+    say(f"fork commit {tree.identity['commit']} (tree {tree.identity['tree'][:12]})")
+    return _Fork(source, tree, req.ref, req.upstream or default_repo())
+
+
+def judge_fork(session: Session, fork: _Fork, observed: list[Observation], scan_limit: int) -> list[BackportVerdict]:
+    """Each fix's probes on the fork judged against the matrix's declared values, with the git evidence beside."""
+    by_key = {(obs.fix, obs.probe): obs for obs in observed}
+    verdicts = []
+    for fix in session.fixes:
+        seen = {spec.name: by_key[(fix.id, spec.name)] for spec in fix.probes if (fix.id, spec.name) in by_key}
+        verdict = judge_backport(fix, seen)
+        version = next((o.sglang_version for o in seen.values() if o.sglang_version), None)
+        evidence = gather(
+            fork.source.mirror,
+            fork.tree.identity["commit"],
+            fix,
+            upstream=fork.upstream,
+            matrix_path=session.matrix.path,
+            version=version,
+            scan_limit=scan_limit,
+        )
+        verdict.evidence = evidence.to_dict()
+        verdict.disagreements = disagreements(verdict.verdict, evidence)
+        verdicts.append(verdict)
+    return verdicts
+
+
 def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportOutcome:
     """Check the fork; raise :class:`DifflabError` on bad input (unknown fix, unreachable repo, bad ref)."""
-    reporter = reporter or Reporter()
-    say = reporter.say
-    record = RunRecord(command="backport", argv=req.argv)
-    matrix = load_matrix(req.matrix)
-    fixes = matrix.select(req.fixes)
-    check_probe_files(fixes, matrix.path)
-    out = (req.out or default_out()).resolve()
-    check_out(out, force=req.force, ours=is_run_folder)  # before anything is fetched
-    if not runner_class(req.runner).hermetic:
+    session = Session.open("backport", req, reporter, folder_prefix="backport-")  # before anything is fetched
+    say = session.say
+    if not session.runner_class.hermetic:
         say(LOCAL_NOTE.format(backend=req.runner))
     folder = tests_dir(req.upstream_tests)
-    source = GitSource(repo=req.repo, cache=req.cache, with_tests=folder is not None)
-    say(f"fork {source.repo} at {req.ref}")
-    fork = source.rev(req.ref, what=f"{req.ref!r}")
-    say(f"fork commit {fork.identity['commit']} (tree {fork.identity['tree'][:12]})")
-    upstream = req.upstream or default_repo()
-    with results_folder(out, force=req.force, ours=is_run_folder) as work:
-        env = SharedEnvironment()
-        if runner_class(req.runner).local_environment:
-            env.ensure(progress=say)
-        runner = build_runner(req.runner, env, req.use_cache, say)
-        observed = observe(fixes, {(fix.id, SIDE): fork for fix in fixes}, runner, work, reporter, req.timeout_s)
-        by_key = {(obs.fix, obs.probe): obs for obs in observed}
-        verdicts = []
-        for fix in fixes:
-            seen = {spec.name: by_key[(fix.id, spec.name)] for spec in fix.probes if (fix.id, spec.name) in by_key}
-            verdict = judge_backport(fix, seen)
-            version = next((o.sglang_version for o in seen.values() if o.sglang_version), None)
-            evidence = gather(
-                source.mirror,
-                fork.identity["commit"],
-                fix,
-                upstream=upstream,
-                matrix_path=matrix.path,
-                version=version,
-                scan_limit=req.scan_limit,
-            )
-            verdict.evidence = evidence.to_dict()
-            verdict.disagreements = disagreements(verdict.verdict, evidence)
-            verdicts.append(verdict)
+    fork = _fork(req, folder is not None, say)
+    with session.folder() as work:
+        env = session.environment()
+        runner = session.runner(env)
+        fixes = session.fixes
+        sides = {(fix.id, SIDE): fork.tree for fix in fixes}
+        observed = observe(fixes, sides, runner, work, session.reporter, req.timeout_s)
+        verdicts = judge_fork(session, fork, observed, req.scan_limit)
         appendix: list[str] = []
         if folder is not None:
-            appendix = replay_upstream_tests(work, fixes, fork, matrix.releases, verdicts, env, folder, say)
+            appendix = replay_upstream_tests(session, work, fork.tree, verdicts, env, folder)
         exit_code = 0 if all(v.passed for v in verdicts) else 1
-        fork_doc = {**fork.identity, "ref": req.ref, "subject": fork.extra.get("subject"), "upstream": upstream}
-        write_backport_json(work / "backport.json", fork_doc, verdicts)
-        write_backport_junit(work / "junit.xml", verdicts)
-        write_backport_summary(work / "summary.md", fork_doc, verdicts, appendix)
-        record.fixes = [f.id for f in fixes]
-        record.details = {
+        write_files(work, fork.document(), verdicts, appendix)
+        session.record.details = {
             "sides": [SIDE],
             "source_kind": "git",
-            "repo": fork.identity["repo"],
+            "repo": fork.tree.identity["repo"],
             "ref": req.ref,
             "runner": runner.describe(),
-            "sources": {SIDE: fork.identity},
+            "sources": {SIDE: fork.tree.identity},
             "environment_digest": env.digest,
             "probes": probes_record(),
         }
-        record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
-        if req.bundle:
-            seal(work, key=req.key, echo=reporter.say)
+        session.finish(work, exit_code, environment=env.document())
     for v in verdicts:
         say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
-    return BackportOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts)
+    return BackportOutcome(out_dir=session.out, exit_code=exit_code, verdicts=verdicts)

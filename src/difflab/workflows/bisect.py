@@ -72,20 +72,49 @@ def _endpoints(
     return out
 
 
-def run_bisect(
-    fix: Fix,
-    matrix_path: Path,
-    source: GitSource,
-    good: str,
-    bad: str,
-    *,
-    probe_names: list[str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    say: Say = print,
-) -> BisectResult:
-    probes = select_probes(fix, probe_names)
+@dataclass(frozen=True)
+class BisectRequest:
+    """``difflab bisect``: which fix's probes decide, between which two commits."""
+
+    fix: Fix
+    matrix_path: Path
+    good: str
+    bad: str
+    probe_names: list[str] | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def _step_command(req: BisectRequest, probes: list[ProbeSpec], good_like: str, log: Path) -> list[str]:
+    """What ``git bisect run`` runs at each commit: :mod:`difflab.workflows.bisect_step` with this fix's probes."""
+    step = [sys.executable, "-m", "difflab.workflows.bisect_step", "--matrix", str(req.matrix_path)]
+    step += ["--fix", req.fix.id, "--good-like", good_like, "--timeout", str(req.timeout_s), "--log", str(log)]
+    for p in probes:
+        step += ["--probe", p.name]
+    return step
+
+
+Git = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _git_in(path: Path) -> Git:
+    """``git`` in the scratch worktree, never prompting; a failure is a :class:`SourceError` unless ``check=False``."""
+    git_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["git", *args], cwd=path, env=git_env, capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise SourceError(f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip()}")
+        return proc
+
+    return git
+
+
+def run_bisect(req: BisectRequest, source: GitSource, say: Say = print) -> BisectResult:
+    """Both endpoints probed first (they must behave differently), then ``git bisect run`` in a scratch worktree."""
+    fix = req.fix
+    probes = select_probes(fix, req.probe_names)
     env = SharedEnvironment().ensure(progress=say)
-    ends = _endpoints(source, fix, probes, {"good": good, "bad": bad}, env, timeout_s, say)
+    ends = _endpoints(source, fix, probes, {"good": req.good, "bad": req.bad}, env, req.timeout_s, say)
     (good_sha, good_like), (bad_sha, bad_like) = ends["good"], ends["bad"]
     if good_like == bad_like:
         raise ConfigError(f"--good and --bad both behave like the fix's {good_like}: nothing changed between them")
@@ -94,34 +123,10 @@ def run_bisect(
     log = path.with_name(path.name + ".steps.jsonl")
     log.unlink(missing_ok=True)
     try:
-        git_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-
-        def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-            proc = subprocess.run(["git", *args], cwd=path, env=git_env, capture_output=True, text=True)
-            if check and proc.returncode != 0:
-                raise SourceError(f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip()}")
-            return proc
-
+        git = _git_in(path)
         git("bisect", "start", bad_sha, good_sha)
-        step = [
-            sys.executable,
-            "-m",
-            "difflab.workflows.bisect_step",
-            "--matrix",
-            str(matrix_path),
-            "--fix",
-            fix.id,
-            "--good-like",
-            good_like,
-            "--timeout",
-            str(timeout_s),
-            "--log",
-            str(log),
-        ]
-        for p in probes:
-            step += ["--probe", p.name]
         say(f"git bisect run: good = behaves like {good_like}, bad = behaves like {bad_like}")
-        proc = git("bisect", "run", *step, check=False)
+        proc = git("bisect", "run", *_step_command(req, probes, good_like, log), check=False)
         output = (proc.stdout or "") + (proc.stderr or "")
         steps = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         first, candidates = _first_bad(git, output)
@@ -135,7 +140,7 @@ def run_bisect(
     return BisectResult(good_sha, bad_sha, good_like, bad_like, first, subject, candidates, steps, output)
 
 
-def _first_bad(git: Callable[..., subprocess.CompletedProcess[str]], output: str) -> tuple[str | None, list[str]]:
+def _first_bad(git: Git, output: str) -> tuple[str | None, list[str]]:
     """The first bad commit (``refs/bisect/bad`` once bisect settles), or the skipped candidates."""
     if "is the first bad commit" in output:
         proc = git("rev-parse", "refs/bisect/bad", check=False)

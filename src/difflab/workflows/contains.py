@@ -20,13 +20,11 @@ from typing import Any
 
 from packaging.version import Version
 
-from difflab.bundle import seal
 from difflab.diff.containment import ContainmentTable, ReleaseColumn, find_regressions, judge_cell, release_order
 from difflab.environment.plan import EnvironmentPlan, Need, load_needs, pin_versions, plan_environments
 from difflab.environment.shared import SharedEnvironment, pinned_texts
 from difflab.errors import ConfigError
-from difflab.files.atomic import check_out, results_folder
-from difflab.matrix import Matrix, load_matrix
+from difflab.matrix import Fix, Matrix
 from difflab.matrix.model import ReleasePin
 from difflab.observation import Observation
 from difflab.paths import default_release_lock, default_results
@@ -34,15 +32,16 @@ from difflab.progress import Reporter
 from difflab.provenance import probes_record
 from difflab.report.containment import write_files
 from difflab.report.grid import write_html
-from difflab.report.record import RunRecord, folder_stamp, is_run_folder, matrix_reference, stamp, utc_now
-from difflab.runner import Runner, build_runner
-from difflab.runner.jobs import check_probe_files
+from difflab.report.record import folder_stamp, matrix_reference, stamp, utc_now
+from difflab.report.upstream_tests import section
+from difflab.report.upstream_tests import write_files as write_upstream_files
+from difflab.runner import Runner
+from difflab.source import releases
 from difflab.source.base import MaterialisedSource
-from difflab.source.release import ReleaseSource
 from difflab.source.release_lock import ReleaseLock, agree_with_matrix, load_lock, parse_floor
-from difflab.upstream_tests import agree_on_side, for_sources, release_reference, section, tests_dir, with_flag
-from difflab.upstream_tests import write_files as write_upstream_files
-from difflab.workflows.observe import ProbeOptions, observe
+from difflab.upstream_tests import agree_on_side, for_sources, release_reference, tests_dir, with_flag
+from difflab.workflows.observe import observe
+from difflab.workflows.session import Outcome, ProbeOptions, Session, close_runner
 
 LOCK_COPY = "releases.lock"
 
@@ -61,11 +60,9 @@ class ContainsRequest(ProbeOptions):
 
 
 @dataclass
-class ContainsOutcome:
+class ContainsOutcome(Outcome):
     table: ContainmentTable
-    out_dir: Path
-    exit_code: int
-    environments: list[EnvironmentPlan]
+    environments: list[EnvironmentPlan] = field(default_factory=list)
 
 
 EnvironmentFactory = Callable[[tuple[str, ...]], SharedEnvironment]
@@ -76,19 +73,35 @@ def default_out() -> Path:
     return default_results() / f"contains-{folder_stamp(utc_now())}"
 
 
+def _available(req: ContainsRequest, matrix: Matrix) -> tuple[dict[str, ReleasePin], str, ReleaseLock | None]:
+    """The pins to choose from (the lock's with ``--all``, else the matrix's), where they come from, the lock."""
+    if not req.all_releases:
+        return dict(matrix.releases), f"{matrix.path} [releases]", None
+    lock = load_lock(req.lock, missing_ok=False)
+    agree_with_matrix(lock, matrix.releases, matrix.path)
+    available = {v: lock.releases[v].pin() for v in lock.versions}
+    return available, f"{lock.path} (run `difflab releases --lock` to pin new releases)", lock
+
+
+def _column(version: str, pin: ReleasePin, matrix: Matrix, lock: ReleaseLock | None) -> ReleaseColumn:
+    """One release's column: new when the matrix does not pin it by hand; the lock says when it was seen."""
+    locked = lock.releases.get(version) if lock else None
+    return ReleaseColumn(
+        version=version,
+        file=pin.file,
+        sha256=pin.sha256,
+        new=version not in matrix.releases,
+        first_seen=locked.first_seen if locked else None,
+        yanked=locked.yanked if locked else None,
+        prerelease=locked.prerelease if locked else Version(version).is_prerelease,
+    )
+
+
 def choose_releases(
     req: ContainsRequest, matrix: Matrix
 ) -> tuple[dict[str, ReleasePin], list[ReleaseColumn], ReleaseLock | None]:
     """The pins to judge, and each one's column (new: not pinned by hand in the matrix)."""
-    lock: ReleaseLock | None = None
-    if req.all_releases:
-        lock = load_lock(req.lock, missing_ok=False)
-        agree_with_matrix(lock, matrix.releases, matrix.path)
-        available = {v: lock.releases[v].pin() for v in lock.versions}
-        where = f"{lock.path} (run `difflab releases --lock` to pin new releases)"
-    else:
-        available = dict(matrix.releases)
-        where = f"{matrix.path} [releases]"
+    available, where, lock = _available(req, matrix)
     if req.since:
         floor = Version(parse_floor(req.since))
         available = {v: p for v, p in available.items() if Version(v) >= floor}
@@ -98,21 +111,7 @@ def choose_releases(
         raise ConfigError(f"release(s) {unknown} are not pinned in {where}")
     if not wanted:
         raise ConfigError(f"no release to check in {where}" + (f" from {req.since}" if req.since else ""))
-    columns = []
-    for version in release_order(wanted):
-        pin = available[version]
-        locked = lock.releases.get(version) if lock else None
-        columns.append(
-            ReleaseColumn(
-                version=version,
-                file=pin.file,
-                sha256=pin.sha256,
-                new=version not in matrix.releases,
-                first_seen=locked.first_seen if locked else None,
-                yanked=locked.yanked if locked else None,
-                prerelease=locked.prerelease if locked else Version(version).is_prerelease,
-            )
-        )
+    columns = [_column(version, available[version], matrix, lock) for version in release_order(wanted)]
     return {c.version: available[c.version] for c in columns}, columns, lock
 
 
@@ -120,6 +119,80 @@ def shared_pins() -> dict[str, Version]:
     """Every exact pin of the shared environment (both requirement files)."""
     main, nodeps = pinned_texts()
     return pin_versions([*main.splitlines(), *nodeps.splitlines()])
+
+
+@dataclass
+class _Observed:
+    """Every release's observations, and the environments and runners they ran on (one per plan)."""
+
+    observed: list[Observation] = field(default_factory=list)
+    environments: list[dict[str, Any]] = field(default_factory=list)
+    runners: list[dict[str, Any]] = field(default_factory=list)
+    env_of: dict[str, str] = field(default_factory=dict)
+    """Release -> the digest of the environment it ran in."""
+
+    def environment(self) -> dict[str, Any]:
+        """environment.json: the first environment, with every planned one listed."""
+        return {**self.environments[0], "environments": self.environments}
+
+    def planned(self) -> list[dict[str, Any]]:
+        return [
+            {"digest": d["digest"], "pins": d.get("pins", []), "releases": d["releases"]} for d in self.environments
+        ]
+
+
+@dataclass
+class _Plans:
+    """How the releases run: the planned environments, and how an environment and its runner are built."""
+
+    plans: list[EnvironmentPlan]
+    make_env: EnvironmentFactory
+    make_runner: RunnerFactory
+
+
+def observe_releases(session: Session, plans: _Plans, sources: dict[str, MaterialisedSource], work: Path) -> _Observed:
+    """Every fix on every release, plan by plan: each plan's environment made ready, its runner closed after."""
+    ran = _Observed()
+    fixes = session.fixes
+    for plan in plans.plans:
+        env = plans.make_env(plan.pins)
+        env.ensure(progress=session.say)
+        runner = plans.make_runner(env)
+        try:
+            jobs = {(fix.id, v): sources[v] for v in plan.releases for fix in fixes}
+            ran.observed += observe(fixes, jobs, runner, work, session.reporter, session.options.timeout_s)
+            ran.runners.append(runner.describe())
+        finally:
+            close_runner(runner)
+        ran.environments.append(env.document() | {"releases": list(plan.releases)})
+        ran.env_of |= dict.fromkeys(plan.releases, env.digest)
+    return ran
+
+
+def _details(
+    table: ContainmentTable, ran: _Observed, sources: dict[str, MaterialisedSource], lock: ReleaseLock | None
+) -> dict[str, Any]:
+    return {
+        "releases": [c.version for c in table.releases],
+        "new_releases": [c.version for c in table.new_releases],
+        "regressions": len(table.regressions),
+        "source_kind": "release",
+        "runner": ran.runners[0] if ran.runners else {},
+        "runners": ran.runners,
+        "sources": {v: s.identity for v, s in sources.items()},
+        "environment_digest": ran.environments[0]["digest"],
+        "lock": _lock_reference(lock),
+        "probes": probes_record(),
+    }
+
+
+def _write(
+    session: Session, work: Path, table: ContainmentTable, ran: _Observed, lock: ReleaseLock | None, appendix: list[str]
+) -> None:
+    write_files(work, table, {"environments": ran.planned(), "lock": _lock_reference(lock)}, appendix)
+    write_html(work, table, {"started": stamp(session.record.started), "exit_code": table.exit_code})
+    if lock is not None:
+        shutil.copyfile(lock.path, work / LOCK_COPY)
 
 
 def execute(
@@ -131,88 +204,50 @@ def execute(
     runners: RunnerFactory | None = None,
 ) -> ContainsOutcome:
     """Judge every fix on every chosen release and write the sealed run folder."""
-    reporter = reporter or Reporter()
-    record = RunRecord(command="contains", argv=req.argv)
-    matrix = load_matrix(req.matrix)
-    fixes = matrix.select(req.fixes)
-    check_probe_files(fixes, matrix.path)
+    if req.source_kind != "release":
+        raise ConfigError(f"contains judges releases; --source {req.source_kind} does not apply")
+    session = Session.open("contains", req, reporter, folder_prefix="contains-")
     folder = tests_dir(req.upstream_tests)  # a bad folder is refused before the environment is built
-    record.fixes = [f.id for f in fixes]
-    pins, columns, lock = choose_releases(req, matrix)
-    plans = plan_environments(list(pins), load_needs() if needs is None else needs, shared_pins())
-    make_env = environments or (lambda p: SharedEnvironment(pins=p))
-    make_runner = runners or (lambda env: build_runner(req.runner, env, req.use_cache, reporter.say))
-    for version in (v for v in pins if v not in matrix.releases):
-        reporter.say(f"new release {version}: not pinned in the matrix; its expectations follow the pins' order")
-    out = (req.out or default_out()).resolve()
-    check_out(out, force=req.force, ours=is_run_folder)  # before the environment is built
-    with results_folder(out, force=req.force, ours=is_run_folder) as work:
-        backend = ReleaseSource(pins)
+    pins, columns, lock = choose_releases(req, session.matrix)
+    needed = load_needs() if needs is None else needs
+    plans = _Plans(
+        plan_environments(list(pins), needed, shared_pins()),
+        environments or (lambda p: session.environment(p, ensure=False)),
+        runners or session.runner,
+    )
+    for version in (v for v in pins if v not in session.matrix.releases):
+        session.say(f"new release {version}: not pinned in the matrix; its expectations follow the pins' order")
+    with session.folder() as work:
+        backend = releases(pins)
         sources: dict[str, MaterialisedSource] = {v: backend.release(v) for v in pins}
-        observed: list[Observation] = []
-        env_docs: list[dict[str, Any]] = []
-        described: list[dict[str, Any]] = []
-        env_of: dict[str, str] = {}
-        for plan in plans:
-            env = make_env(plan.pins)
-            env.ensure(progress=reporter.say)
-            runner = make_runner(env)
-            try:
-                jobs = {(fix.id, v): sources[v] for v in plan.releases for fix in fixes}
-                observed += observe(fixes, jobs, runner, work, reporter, req.timeout_s)
-                described.append(runner.describe())
-            finally:
-                close = getattr(runner, "close", None)
-                if callable(close):
-                    close()
-            env_docs.append(env.document() | {"releases": list(plan.releases)})
-            env_of |= dict.fromkeys(plan.releases, env.digest)
-        columns = [dataclasses.replace(c, environment=env_of[c.version]) for c in columns]
-        table = judge(fixes, columns, observed)
+        ran = observe_releases(session, plans, sources, work)
+        columns = [dataclasses.replace(c, environment=ran.env_of[c.version]) for c in columns]
+        table = judge(session.fixes, columns, ran.observed)
         appendix: list[str] = []
         if folder is not None:
-            env = make_env(plans[0].pins) if plans else SharedEnvironment()
-            matrix_backend = ReleaseSource({**matrix.releases, **pins})
-            appendix = replay_upstream_tests(work, fixes, sources, matrix_backend, table, env, folder, reporter)
-        planned = [{"digest": d["digest"], "pins": d.get("pins", []), "releases": d["releases"]} for d in env_docs]
-        extra = {"environments": planned, "lock": _lock_reference(lock)}
-        write_files(work, table, extra, appendix)
-        write_html(work, table, {"started": stamp(record.started), "exit_code": table.exit_code})
-        if lock is not None:
-            shutil.copyfile(lock.path, work / LOCK_COPY)
-        record.details = {
-            "releases": [c.version for c in columns],
-            "new_releases": [c.version for c in table.new_releases],
-            "regressions": len(table.regressions),
-            "source_kind": "release",
-            "runner": described[0] if described else {},
-            "runners": described,
-            "sources": {v: s.identity for v, s in sources.items()},
-            "environment_digest": env_docs[0]["digest"],
-            "lock": _lock_reference(lock),
-            "probes": probes_record(),
-        }
-        environment = {**env_docs[0], "environments": env_docs}
-        record.write(work, table.exit_code, matrix=(matrix.path, matrix.sha256), environment=environment)
-        if req.bundle:
-            seal(work, key=req.key, echo=reporter.say)
-    return ContainsOutcome(table=table, out_dir=out, exit_code=table.exit_code, environments=plans)
+            env = plans.make_env(plans.plans[0].pins) if plans.plans else SharedEnvironment()
+            appendix = replay_upstream_tests(session, work, pins, sources, table, env, folder)
+        _write(session, work, table, ran, lock, appendix)
+        session.record.details = _details(table, ran, sources, lock)
+        session.finish(work, table.exit_code, environment=ran.environment())
+    return ContainsOutcome(out_dir=session.out, exit_code=table.exit_code, table=table, environments=plans.plans)
 
 
 def replay_upstream_tests(
+    session: Session,
     work: Path,
-    fixes: list[Any],
+    pins: dict[str, ReleasePin],
     sources: dict[str, MaterialisedSource],
-    backend: ReleaseSource,
     table: ContainmentTable,
     env: SharedEnvironment,
     folder: Path,
-    reporter: Reporter,
 ) -> list[str]:
     """SGLang's own tests of each fix on every release, beside each cell; returns the Markdown section."""
-    # ``backend`` knows the matrix's pins too: the fix's own base and head decide which names it adds
+    fixes = session.fixes
+    # the matrix's pins too: the fix's own base and head decide which names it adds
+    backend = releases({**session.matrix.releases, **pins})
     references = {fix.id: release_reference(fix, backend) for fix in fixes}
-    replays = for_sources(fixes, sources, references, env, folder, reporter.say)
+    replays = for_sources(fixes, sources, references, env, folder, session.say)
     agreements = agree_on_side(replays, {(c.fix, c.release): c.verdict for c in table.cells})
     for c in table.cells:
         found = agreements.get((c.fix, c.release))
@@ -223,7 +258,7 @@ def replay_upstream_tests(
     return section(replays)
 
 
-def judge(fixes: list[Any], columns: list[ReleaseColumn], observed: list[Observation]) -> ContainmentTable:
+def judge(fixes: list[Fix], columns: list[ReleaseColumn], observed: list[Observation]) -> ContainmentTable:
     """Every cell from the observations, then the regressions across the release order."""
     by = {(o.fix, o.side, o.probe): o for o in observed}
     cells = []

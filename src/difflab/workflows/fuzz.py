@@ -21,19 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError, DifflabError
-from difflab.files.atomic import check_out, results_folder, write_atomic
-from difflab.matrix import load_matrix
+from difflab.files.atomic import write_atomic
+from difflab.matrix import Matrix
 from difflab.observation import Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.progress import Reporter
-from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
-from difflab.runner import DEFAULT, build_runner
+from difflab.report.record import folder_stamp, utc_now
+from difflab.runner import DEFAULT
 from difflab.runner.base import ProbeJob
+from difflab.source import releases, repository
 from difflab.source.base import MaterialisedSource
-from difflab.source.git import GitSource
-from difflab.source.release import ReleaseSource
+from difflab.workflows.session import ProbeOptions, Session
 
 CHUNK = 25
 """Schedules per probe job."""
@@ -90,14 +89,13 @@ def check(req: FuzzRequest) -> None:
         raise ConfigError(f"--transfer-backend {req.transfer_backend!r}: choose one of {', '.join(TRANSFER_BACKENDS)}")
 
 
-def _source(req: FuzzRequest) -> tuple[MaterialisedSource, str]:
+def _source(req: FuzzRequest, matrix: Matrix) -> tuple[MaterialisedSource, str]:
     if req.release is not None:
-        matrix = load_matrix(req.matrix)
         if req.release not in matrix.releases:
             raise ConfigError(f"--release {req.release}: not pinned in {req.matrix} [releases]")
-        return ReleaseSource(matrix.releases).release(req.release), req.release
+        return releases(matrix.releases).release(req.release), req.release
     assert req.ref is not None
-    return GitSource(repo=req.repo).rev(req.ref, what=f"--ref {req.ref}"), req.ref
+    return repository(req.repo).rev(req.ref, what=f"--ref {req.ref}"), req.ref
 
 
 def _stub(folder: Path, index: int, schedules: int, req: FuzzRequest) -> Path:
@@ -150,14 +148,22 @@ def _chunk_summary(seed: int, event: dict[str, Any]) -> dict[str, Any]:
 
 def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
     check(req)
-    out = req.out or default_out()
-    check_out(out, force=req.force, ours=is_run_folder)
-    source, label = _source(req)
-    env = SharedEnvironment()
-    env.ensure(progress=reporter.say)
-    runner = build_runner(req.runner, env, False, reporter.say)
-    record = RunRecord(command="fuzz", argv=req.argv)
-    with results_folder(out, force=req.force, ours=is_run_folder) as work:
+    options = ProbeOptions(
+        matrix=req.matrix,
+        out=req.out or default_out(),
+        force=req.force,
+        runner=req.runner,
+        use_cache=False,  # a search is run, never answered from the cache
+        timeout_s=req.timeout_s,
+        bundle=False,
+        argv=req.argv,
+    )
+    session = Session.open("fuzz", options, reporter, select=lambda _matrix: [], probe_files=False)
+    source, label = _source(req, session.matrix)
+    env = session.environment()
+    runner = session.runner(env)
+    record = session.record
+    with session.folder() as work:
         stubs = work / "search"
         stubs.mkdir()
         jobs = [
@@ -208,5 +214,5 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
         write_atomic(work / "fuzz.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
         exit_code = 1 if leaks else 0
         record.details |= {"source": label, "runner": runner.name, "cpus": os.cpu_count()}
-        record.write(work, exit_code, environment=env.document())
-    return FuzzOutcome(out, exit_code, leaks, runs, seconds)
+        session.finish(work, exit_code, environment=env.document())
+    return FuzzOutcome(session.out, exit_code, leaks, runs, seconds)

@@ -8,7 +8,6 @@ judge with :func:`difflab.diff.judge_fix` and write the run folder like ``diffla
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import traceback
@@ -21,7 +20,6 @@ from difflab.engine.facts import read_engine
 from difflab.engine.metrics import PURPOSE as METRICS_PURPOSE
 from difflab.errors import ConfigError
 from difflab.extras import require
-from difflab.files.atomic import results_folder
 from difflab.gpu.bench import BenchSpec
 from difflab.gpu.deployment import DEFAULT_MODEL, DeploymentConfig, place
 from difflab.gpu.host import SKIP_EXIT_CODE, HostCheck, check_host
@@ -31,16 +29,16 @@ from difflab.gpu.scenarios import FUNCTIONAL, Limits, Outcome, ScenarioUnavailab
 from difflab.gpu.scenarios.throughput import THROUGHPUT, ABResult, run_ab
 from difflab.gpu.targets import DockerTarget, Target, TestServerTarget
 from difflab.gpu.verdicts import judge_throughput
-from difflab.matrix import Fix, Matrix, load_matrix
+from difflab.matrix import Fix, Matrix
 from difflab.matrix.gpu import GpuPlan, load_gpu_plans
 from difflab.observation import SIDES, Observation
-from difflab.paths import default_matrix, default_results
+from difflab.paths import default_matrix
 from difflab.preflight.gates import PreflightReport, evaluate
 from difflab.progress import Reporter
-from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, is_run_folder, write_json
+from difflab.report.gpu import write_ab, write_deployment, write_preflight, write_tier
 from difflab.stats.compare import DEFAULT_SEED
 from difflab.testing.testserver import base_config, head_config
+from difflab.workflows.session import ProbeOptions, Session
 
 SCENARIO_ORDER = ("gpu_oversized_prompt", "gpu_canary_leak", "gpu_abort_storm")  # the storm may leak: last
 TESTSERVER_LIMITS = Limits(
@@ -223,76 +221,118 @@ def gpu_fixes(matrix: Matrix, wanted: list[str] | None, plans: dict[str, GpuPlan
     return [replace(f, probes=plans[f.id].probes) for f in chosen]
 
 
-def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
-    """Run the tier. Raises :class:`ConfigError` on bad input; ``skipped`` without GPU prerequisites."""
-    say = (reporter or Reporter()).say
-    record = RunRecord(command="gpu", argv=req.argv)
-    matrix = load_matrix(req.matrix)
-    plans = load_gpu_plans(matrix)
-    fixes = gpu_fixes(matrix, req.fixes, plans)
-    record.fixes = [f.id for f in fixes]
-    # The optional libraries this run will need, checked before anything starts (exit 2 naming the extra).
+def _check_extras(req: TierRequest, fixes: list[Fix], plans: dict[str, GpuPlan]) -> None:
+    """The optional libraries this run will need, checked before anything starts (exit 2 naming the extra)."""
     require("prometheus_client.parser", METRICS_PURPOSE)
     if req.rounds > 0 and any(plans[f.id].throughput for f in fixes):
         require("numpy", "the throughput A/B statistics")
         require("scipy.stats", "the throughput A/B statistics")
-    limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
-    bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
-    host = None
-    if req.testserver:
-        targets = testserver_targets(fixes, req.seed, bench)
-    else:
-        for fix in fixes:  # bad or missing images are the user's to fix first, GPU or not
-            for side in SIDES:
-                req.images.resolve(fix, side, len(fixes) == 1)
-        host = check_host()
-        if not host.ok:
-            return TierOutcome("skipped", SKIP_EXIT_CODE, reason=host.reason, host=host)
-        targets = docker_targets(req, fixes, host, bench)
 
+
+def _targets(
+    req: TierRequest, fixes: list[Fix], bench: BenchSpec
+) -> tuple[dict[str, dict[str, Target]] | None, HostCheck | None]:
+    """Each fix's base and head target; None when this host cannot run the Docker tier (``host`` says why)."""
+    if req.testserver:
+        return testserver_targets(fixes, req.seed, bench), None
+    for fix in fixes:  # bad or missing images are the user's to fix first, GPU or not
+        for side in SIDES:
+            req.images.resolve(fix, side, len(fixes) == 1)
+    host = check_host()
+    if not host.ok:
+        return None, host
+    return docker_targets(req, fixes, host, bench), host
+
+
+def _distinct(fixes: list[Fix], targets: dict[str, dict[str, Target]]) -> dict[str, tuple[Target, list[str]]]:
+    """Each distinct target once, with every scenario any fix needs on it."""
     distinct: dict[str, Target] = {}
     needed: dict[str, set[str]] = {}
     for fix in fixes:
         for target in targets[fix.id].values():
             distinct[target.key] = target
             needed.setdefault(target.key, set()).update(p.name for p in fix.probes)
-    out = (req.out or default_results() / f"gpu-{folder_stamp(record.started)}").resolve()
-    try:
-        with results_folder(out, force=req.force, ours=is_run_folder) as work:
-            runs: dict[str, dict[str, ScenarioRun]] = {}
-            reports: dict[str, PreflightReport] = {}
-            for key, target in distinct.items():
-                runs[key], report = _run_target(target, sorted(needed[key]), limits, say)
-                if report is not None:
-                    reports[target.label()["label"]] = report
-                    (work / "preflight").mkdir(exist_ok=True)
-                    write_json(work / "preflight" / f"{key}.json", report.to_dict())
-                (work / "deployment").mkdir(exist_ok=True)
-                (work / "deployment" / f"{key}.json").write_text(
-                    json.dumps(target.describe(), indent=2, default=str) + "\n"
-                )
-            verdicts: list[FixVerdict] = []
-            abs_: dict[str, ABResult] = {}
-            for fix in fixes:
-                sides = targets[fix.id]
-                verdicts.append(judge_scenarios(fix, sides, runs, work))
-                if plans[fix.id].throughput and all(s in sides for s in SIDES) and req.rounds > 0:
-                    say(f"{fix.label}: throughput A/B, {req.rounds} interleaved round(s) per side")
-                    abs_[fix.id], verdict = throughput_ab(fix, sides, req.rounds, req.seed, work)
-                    verdicts.append(verdict)
-            passed = all(v.passed for v in verdicts)
-            _write(work, req, record, fixes, verdicts, abs_, reports, 0 if passed else 1, host)
-    finally:
-        for target in distinct.values():
-            target.close()
-    return TierOutcome(
-        "passed" if passed else "failed",
-        0 if passed else 1,
-        out,
-        verdicts,
-        host=host,
-        reason="every verdict as expected" if passed else "some verdicts failed",
+    return {key: (target, sorted(needed[key])) for key, target in distinct.items()}
+
+
+@dataclass
+class _Tier:
+    """One tier run in progress: its request, fixes, targets and what the scenarios produced."""
+
+    req: TierRequest
+    fixes: list[Fix]
+    plans: dict[str, GpuPlan]
+    targets: dict[str, dict[str, Target]]
+    work: Path
+    runs: dict[str, dict[str, ScenarioRun]] = field(default_factory=dict)
+    reports: dict[str, PreflightReport] = field(default_factory=dict)
+    abs_: dict[str, ABResult] = field(default_factory=dict)
+    verdicts: list[FixVerdict] = field(default_factory=list)
+
+
+def _deploy_and_run(tier: _Tier, distinct: dict[str, tuple[Target, list[str]]], limits: Limits, say: Any) -> None:
+    """Every distinct target's scenarios, its deployment and preflight kept beside the results."""
+    for key, (target, names) in distinct.items():
+        tier.runs[key], report = _run_target(target, names, limits, say)
+        if report is not None:
+            tier.reports[target.label()["label"]] = report
+            write_preflight(tier.work, key, report.to_dict())
+        write_deployment(tier.work, key, target.describe())
+
+
+def _judge(tier: _Tier, say: Any) -> None:
+    """Each fix's scenarios judged like probes; with both sides and rounds, its throughput A/B too."""
+    rounds = tier.req.rounds
+    for fix in tier.fixes:
+        sides = tier.targets[fix.id]
+        tier.verdicts.append(judge_scenarios(fix, sides, tier.runs, tier.work))
+        if tier.plans[fix.id].throughput and all(s in sides for s in SIDES) and rounds > 0:
+            say(f"{fix.label}: throughput A/B, {rounds} interleaved round(s) per side")
+            tier.abs_[fix.id], verdict = throughput_ab(fix, sides, rounds, tier.req.seed, tier.work)
+            tier.verdicts.append(verdict)
+
+
+def _session(req: TierRequest, reporter: Reporter | None) -> Session:
+    """The tier's session: its fixes are those with a GPU plan (scenarios, not probe files); never sealed."""
+    options = ProbeOptions(
+        matrix=req.matrix, fixes=req.fixes, out=req.out, force=req.force, bundle=False, argv=req.argv
     )
+    return Session.open(
+        "gpu",
+        options,
+        reporter,
+        folder_prefix="gpu-",
+        select=lambda m: gpu_fixes(m, req.fixes),
+        probe_files=False,
+    )
+
+
+def run_tier(req: TierRequest, reporter: Reporter | None = None) -> TierOutcome:
+    """Run the tier. Raises :class:`ConfigError` on bad input; ``skipped`` without GPU prerequisites."""
+    session = _session(req, reporter)
+    plans = load_gpu_plans(session.matrix)
+    fixes = session.fixes
+    _check_extras(req, fixes, plans)
+    limits = req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())
+    bench = req.bench or (TESTSERVER_BENCH if req.testserver else BenchSpec())
+    targets, host = _targets(req, fixes, bench)
+    if targets is None:
+        assert host is not None
+        return TierOutcome("skipped", SKIP_EXIT_CODE, reason=host.reason, host=host)
+    distinct = _distinct(fixes, targets)
+    try:
+        with session.folder() as work:
+            tier = _Tier(req, fixes, plans, targets, work)
+            _deploy_and_run(tier, distinct, limits, session.say)
+            _judge(tier, session.say)
+            passed = all(v.passed for v in tier.verdicts)
+            _write(session, tier, host)
+            session.finish(work, 0 if passed else 1)
+    finally:
+        for target, _names in distinct.values():
+            target.close()
+    reason = "every verdict as expected" if passed else "some verdicts failed"
+    return TierOutcome("passed" if passed else "failed", 0 if passed else 1, session.out, tier.verdicts, reason, host)
 
 
 def _labels(fix: Fix, sides: dict[str, Target]) -> dict[str, dict[str, Any]]:
@@ -325,7 +365,7 @@ def throughput_ab(
     """Benchmark base and head in interleaved rounds; the result as observations and a verdict of its own."""
     labels = _labels(fix, sides)
     ab = run_ab(dict(sides), rounds, work / "throughput" / fix.id, seed)
-    (work / "throughput" / fix.id / "ab.json").write_text(json.dumps(ab.to_dict(), indent=2) + "\n")
+    write_ab(work, fix.id, ab.to_dict())
     obs = {}
     for side in SIDES:
         obs[side] = Observation(
@@ -342,20 +382,11 @@ def throughput_ab(
     return ab, judge_throughput(fix, ab, obs["base"], obs["head"], labels["base"], labels["head"])
 
 
-def _write(
-    work: Path,
-    req: TierRequest,
-    record: RunRecord,
-    fixes: list[Fix],
-    verdicts: list[FixVerdict],
-    abs_: dict[str, ABResult],
-    reports: dict[str, PreflightReport],
-    exit_code: int,
-    host: HostCheck | None,
-) -> None:
-    mode = "testserver" if req.testserver else "docker"
-    record.details = {
-        "mode": mode,
+def _write(session: Session, tier: _Tier, host: HostCheck | None) -> None:
+    """run.json's tier details, then the verdict files with the throughput and preflight sections."""
+    req = tier.req
+    session.record.details = {
+        "mode": "testserver" if req.testserver else "docker",
         "model": None if req.testserver else req.model,
         "rounds": req.rounds,
         "seed": req.seed,
@@ -363,14 +394,7 @@ def _write(
         "host": host.to_dict() if host else None,
         "limits": asdict(req.limits or (TESTSERVER_LIMITS if req.testserver else Limits())),
     }
-    record.write(work, exit_code)
-    title = "SGLang GPU/RDMA tier" + (" (test server: pre-fix switches on base, off on head)" if req.testserver else "")
-    write_reports(work, verdicts, title=title, suite="difflab-gpu", extra={"tier": "gpu", "mode": mode})
-    extra: list[str] = []
-    by_id = {f.id: f for f in fixes}
-    for fix_id, ab in abs_.items():
-        extra += throughput_section(by_id[fix_id].label, ab)
-    extra += preflight_section(reports)
-    if extra:
-        with (work / "summary.md").open("a") as fh:
-            fh.write("\n".join(extra) + "\n")
+    by_id = {f.id: f for f in tier.fixes}
+    sections = [line for fix_id, ab in tier.abs_.items() for line in throughput_section(by_id[fix_id].label, ab)]
+    sections += preflight_section(tier.reports)
+    write_tier(tier.work, tier.verdicts, testserver=req.testserver, sections=sections)

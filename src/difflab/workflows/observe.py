@@ -6,8 +6,6 @@ is called (base/head, a release, ``fork``).
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -16,35 +14,11 @@ from difflab.errors import SourceError
 from difflab.files.names import printable
 from difflab.matrix import Fix
 from difflab.observation import Observation
-from difflab.paths import default_matrix
 from difflab.progress import Reporter
-from difflab.runner import DEFAULT, Runner
+from difflab.runner import Runner
 from difflab.runner.base import DEFAULT_TIMEOUT_S
 from difflab.runner.jobs import Sources, build_jobs, observation_logs
-
-
-@dataclass(kw_only=True)
-class Selection:
-    """What every probing workflow takes: which fixes of which matrix, where to, on which back end."""
-
-    matrix: Path = field(default_factory=default_matrix)
-    fixes: list[str] | None = None
-    out: Path | None = None
-    force: bool = False
-    """Replace ``out`` if it is an earlier results folder (:func:`difflab.files.atomic.check_out`)."""
-    runner: str = DEFAULT
-    use_cache: bool = True
-
-
-@dataclass(kw_only=True)
-class ProbeOptions(Selection):
-    """What the workflows that write a sealed run folder take besides (``run``, ``observe``, ``backport``)."""
-
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    bundle: bool = True
-    key: Path | None = None
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
-    """Recorded in run.json (and replayed by ``reproduce``)."""
+from difflab.workflows.session import ProbeOptions, Selection  # where every workflow's request starts
 
 
 def observe(
@@ -86,3 +60,6 @@ def check_versions(observed: list[Observation]) -> None:
                 f"release {label} ({obs.source.get('file')}): its sglang imports as version "
                 f"{printable(str(obs.sglang_version))}, not {label}; fix the lock or matrix entry"
             )
+
+
+__all__ = ["ProbeOptions", "Selection", "check_versions", "observe"]

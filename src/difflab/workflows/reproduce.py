@@ -91,8 +91,8 @@ class Overrides:
 
 def _refuse_unvouched(overrides: Overrides) -> None:
     """Before anything is opened: an unverified bundle never picks a back end that can reach the host."""
-    hermetic = [name for name, cls in RUNNERS.items() if getattr(cls, "hermetic", False)]
-    if overrides.runner is None or not getattr(runner_class(overrides.runner), "hermetic", False):
+    hermetic = [name for name, cls in RUNNERS.items() if cls.hermetic]
+    if overrides.runner is None or not runner_class(overrides.runner).hermetic:
         raise ConfigError(
             "--skip-signatures: nobody vouches for this bundle, so its run.json may not choose what runs; "
             f"pass --backend {' or '.join(hermetic)} (no network, the source read-only) explicitly"

@@ -15,35 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from difflab import stats
-from difflab.bundle import seal
 from difflab.diff.throughput import ThroughputResult
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
-from difflab.files.atomic import results_folder
-from difflab.matrix import Fix, load_matrix
+from difflab.matrix import Fix
 from difflab.observation import SIDES
 from difflab.paths import default_results
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
-from difflab.report import write_reports
-from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
-from difflab.runner import Runner, build_runner, runner_class
-from difflab.runner.jobs import Sources, check_probe_files
+from difflab.report import Measured, write_reports
+from difflab.report.record import folder_stamp, utc_now
+from difflab.report.selfcheck import write_selfcheck
+from difflab.report.upstream_tests import section, write_files
+from difflab.runner import Runner, runner_class
+from difflab.runner.jobs import Sources
 from difflab.runner.warm import WarmRunner
-from difflab.source import MaterialisedSource, source_class
+from difflab.source import MaterialisedSource
 from difflab.source.sides import Say, materialise_sides, source_label
-from difflab.upstream_tests import (
-    FixReplay,
-    agree_with_run,
-    for_run,
-    section,
-    tests_dir,
-    with_flag,
-    write_files,
-)
-from difflab.workflows.observe import ProbeOptions, observe
-from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed, write_selfcheck
+from difflab.upstream_tests import FixReplay, agree_with_run, for_run, tests_dir, with_flag
+from difflab.workflows.observe import observe
+from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed
+from difflab.workflows.session import Outcome, ProbeOptions, Session, runner_for_options
 from difflab.workflows.throughput import ThroughputOptions, gate_exit, measure
 
 
@@ -51,8 +44,6 @@ from difflab.workflows.throughput import ThroughputOptions, gate_exit, measure
 class RunRequest(ProbeOptions):
     """Everything that determines a run (recorded in run.json, replayed by ``reproduce``)."""
 
-    source_kind: str = "release"
-    repo: str | None = None
     runner_options: dict[str, Any] = field(default_factory=dict)
     sides: tuple[str, ...] = SIDES
     """Both sides give verdicts; one side (``difflab observe``) only records observations."""
@@ -68,15 +59,15 @@ class RunRequest(ProbeOptions):
 
 
 @dataclass
-class RunOutcome:
-    out_dir: Path
-    exit_code: int
-    verdicts: list[FixVerdict]
+class RunOutcome(Outcome):
+    verdicts: list[FixVerdict] = field(default_factory=list)
     throughput: list[ThroughputResult] = field(default_factory=list)
 
 
-def _check_throughput(req: RunRequest) -> None:
-    """Refuse a throughput A/B that cannot run before anything is written (exit 2)."""
+def _check_request(req: RunRequest) -> None:
+    """Refuse sides or a throughput A/B that cannot run before anything is read or written (exit 2)."""
+    if not req.sides or not set(req.sides) <= set(SIDES):
+        raise ConfigError(f"--side must be base or head, got {req.sides}")
     if req.throughput is None:
         return
     stats.require("--throughput")
@@ -94,8 +85,7 @@ def default_out() -> Path:
 
 
 def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
-    say = reporter.say if reporter else None
-    return build_runner(req.runner, env, req.use_cache, say, **req.runner_options)
+    return runner_for_options(req, env, reporter.say if reporter else None, **req.runner_options)
 
 
 @contextlib.contextmanager
@@ -132,73 +122,119 @@ def upstream_replay(
     return replays
 
 
+@dataclass
+class _Run:
+    """One run in progress: what its steps share, and what they found so far."""
+
+    session: Session
+    req: RunRequest
+    env: SharedEnvironment
+    runner: Runner
+    work: Path
+    sources: Sources = field(default_factory=dict)
+    verdicts: list[FixVerdict] = field(default_factory=list)
+    measured: list[ThroughputResult] = field(default_factory=list)
+    replays: list[FixReplay] = field(default_factory=list)
+    exit_code: int = 0
+
+    def fail(self, exit_code: int) -> None:
+        self.exit_code = max(self.exit_code, exit_code)
+
+
+def _upstream_folder(req: RunRequest, session: Session) -> Path | None:
+    """``--upstream-tests`` (or its environment variable) checked before the run starts; both sides only."""
+    folder = tests_dir(req.upstream_tests) if req.both_sides else None
+    if folder is not None and not session.runner_class.local_environment:
+        raise ConfigError(f"--upstream-tests runs in the local shared environment; not with --backend {req.runner}")
+    return folder
+
+
+def _judge(run: _Run) -> None:
+    """Both sides: verdicts; one side of a CI fan-out: only whether every probe ran (``difflab merge`` judges)."""
+    fixes = run.session.fixes
+    observed = observe(fixes, run.sources, run.runner, run.work, run.session.reporter, run.req.timeout_s)
+    if not run.req.both_sides:
+        run.fail(0 if all(o.status != "error" for o in observed) else 1)
+        return
+    run.verdicts = judge_all(fixes, observed, {k: source_label(v) for k, v in run.sources.items()})
+    run.fail(0 if all(v.passed for v in run.verdicts) else 1)
+
+
+def _throughput(run: _Run, options: ThroughputOptions) -> None:
+    started = time.monotonic()
+    run.measured = measure(run.session.fixes, run.sources, run.runner, run.work, run.session.reporter, options)
+    run.session.record.details["throughput"] = options.record()
+    run.session.record.details["throughput_wall_s"] = round(time.monotonic() - started, 2)  # servers' imports in
+    run.fail(gate_exit(run.measured, options.fail_above))
+
+
+def _selfcheck(run: _Run) -> None:
+    heads = {fid: s for (fid, side), s in run.sources.items() if side == "head" and not isinstance(s, str)}
+    fixes, reporter = run.session.fixes, run.session.reporter
+    checks = run_selfcheck(fixes, heads, run.runner, run.work, reporter.track, run.req.timeout_s)
+    coverage = hunk_coverage(fixes, heads, checks)
+    write_selfcheck(run.work, checks, coverage)
+    run.fail(0 if selfcheck_passed(checks, coverage) else 1)
+
+
+def _replay(run: _Run, folder: Path | None) -> None:
+    run.replays = upstream_replay(run.session.fixes, run.sources, run.env, run.verdicts, folder, run.session.say)
+    files = {f.id: f.to_dict() for r in run.replays for f in r.files}
+    run.session.record.details["upstream_tests"] = {"dir": str(folder) if folder else None, "files": files}
+    write_files(run.work, run.replays, folder)
+
+
+def _details(run: _Run) -> dict[str, Any]:
+    req = run.req
+    return {
+        "sides": list(req.sides),
+        "source_kind": req.source_kind,
+        "repo": req.repo,
+        "runner": run.runner.describe(),
+        "sources": {s.label: s.identity for s in run.sources.values() if isinstance(s, MaterialisedSource)},
+        "environment_digest": run.env.digest,
+        "probes": probes_record(),
+    }
+
+
+def _reports(run: _Run) -> None:
+    if not run.verdicts:
+        return
+    fail_above = run.req.throughput.fail_above if run.req.throughput else None
+    appendix = section(run.replays) if run.replays else ()
+    write_reports(run.work, run.verdicts, appendix=appendix, throughput=Measured(run.measured, fail_above))
+
+
+def _steps(run: _Run, folder: Path | None, replaying: bool) -> None:
+    """The run's own steps in order, once the sources are there: observe and judge, time, self-check, replay."""
+    _judge(run)
+    if run.req.throughput is not None:
+        _throughput(run, run.req.throughput)
+    if run.req.selfcheck:
+        _selfcheck(run)
+    if replaying:
+        _replay(run, folder)
+    run.session.record.details = _details(run) | run.session.record.details
+
+
 def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
     """Run the matrix and write the run folder. Raises :class:`DifflabError` on bad input."""
-    reporter = reporter or Reporter()
-    record = RunRecord(command="run" if req.both_sides else "observe", argv=req.argv)
-    if not req.sides or not set(req.sides) <= set(SIDES):
-        raise ConfigError(f"--side must be base or head, got {req.sides}")
-    _check_throughput(req)
-    matrix = load_matrix(req.matrix)
-    fixes = matrix.select(req.fixes)
-    check_probe_files(fixes, matrix.path)
-    record.fixes = [f.id for f in fixes]
-    local = runner_class(req.runner).local_environment
-    folder = tests_dir(req.upstream_tests) if req.both_sides else None  # bad input stops the run before it starts
-    if folder is not None and not local:
-        raise ConfigError(f"--upstream-tests runs in the local shared environment; not with --backend {req.runner}")
+    _check_request(req)
+    session = Session.open("run" if req.both_sides else "observe", req, reporter)
+    local = session.runner_class.local_environment
+    folder = _upstream_folder(req, session)  # bad input stops the run before it starts
     replaying = req.both_sides and local and (folder is not None or req.source_kind == "git")
-    out = (req.out or default_out()).resolve()
-    env = SharedEnvironment()
-    runner = make_runner(req, env, reporter)
-    with results_folder(out, force=req.force, ours=is_run_folder) as work, started_early(runner):
-        backend = source_class(req.source_kind).for_matrix(matrix, req.repo)
-        sources = materialise_sides(fixes, backend, reporter.say, req.sides, matrix.path)
+    env = session.environment(ensure=False)
+    runner = make_runner(req, env, session.reporter)
+    with session.folder() as work, started_early(runner):
+        run = _Run(session, req, env, runner, work)
+        run.sources = materialise_sides(session.fixes, session.sources(), session.say, req.sides, session.matrix.path)
         if local:
-            env.ensure(progress=reporter.say)
-        observed = observe(fixes, sources, runner, work, reporter, req.timeout_s)
-        verdicts: list[FixVerdict] = []
-        if req.both_sides:
-            verdicts = judge_all(fixes, observed, {k: source_label(v) for k, v in sources.items()})
-            exit_code = 0 if all(v.passed for v in verdicts) else 1
-        else:  # one side of a CI fan-out: verdicts come from `difflab merge`
-            exit_code = 0 if all(o.status != "error" for o in observed) else 1
-        measured: list[ThroughputResult] = []
-        throughput_s = 0.0
-        if req.throughput is not None:
-            started = time.monotonic()
-            measured = measure(fixes, sources, runner, work, reporter, req.throughput)
-            throughput_s = time.monotonic() - started
-            exit_code = max(exit_code, gate_exit(measured, req.throughput.fail_above))
-        if req.selfcheck:
-            heads = {fid: s for (fid, side), s in sources.items() if side == "head" and not isinstance(s, str)}
-            checks = run_selfcheck(fixes, heads, runner, work, reporter.track, req.timeout_s)
-            coverage = hunk_coverage(fixes, heads, checks)
-            write_selfcheck(work, checks, coverage)
-            if not selfcheck_passed(checks, coverage):
-                exit_code = 1
-        replays = upstream_replay(fixes, sources, env, verdicts, folder, reporter.say) if replaying else []
-        record.details = {
-            "sides": list(req.sides),
-            "source_kind": req.source_kind,
-            "repo": req.repo,
-            "runner": runner.describe(),
-            "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
-            "environment_digest": env.digest,
-            "probes": probes_record(),
-        }
-        if req.throughput is not None:
-            record.details["throughput"] = req.throughput.record()
-            record.details["throughput_wall_s"] = round(throughput_s, 2)  # servers' imports included
-        if replaying:
-            files = {f.id: f.to_dict() for r in replays for f in r.files}
-            record.details["upstream_tests"] = {"dir": str(folder) if folder else None, "files": files}
-            write_files(work, replays, folder)
-        record.write(work, exit_code, matrix=(matrix.path, matrix.sha256), environment=env.document())
-        if verdicts:
-            fail_above = req.throughput.fail_above if req.throughput else None
-            appendix = section(replays) if replays else ()
-            write_reports(work, verdicts, appendix=appendix, throughput=measured, fail_above=fail_above)
-        if req.bundle:
-            seal(work, key=req.key, echo=reporter.say)
-    return RunOutcome(out_dir=out, exit_code=exit_code, verdicts=verdicts, throughput=measured)
+            env.ensure(progress=session.say)
+        _steps(run, folder, replaying)
+        _reports(run)
+        session.finish(work, run.exit_code, environment=env.document())
+    return RunOutcome(out_dir=session.out, exit_code=run.exit_code, verdicts=run.verdicts, throughput=run.measured)
+
+
+__all__ = ["RunOutcome", "RunRequest", "default_out", "execute", "make_runner", "started_early"]

@@ -10,9 +10,10 @@ bench logs' tails are kept in ``throughput/<fix>/<side>.log``.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from difflab.matrix import Fix
 from difflab.observation import SIDES
 from difflab.paths import probes_dir
 from difflab.progress import Reporter
-from difflab.runner.base import tail
+from difflab.report.throughput import THROUGHPUT_DIR, write_log_tail
 from difflab.runner.cache import CachingRunner
 from difflab.runner.jobs import Sources
 from difflab.runner.warm import WarmRunner, WarmUnavailable
@@ -38,8 +39,6 @@ MIN_SIGNIFICANT_ROUNDS = 10
 DEFAULT_SIZES = (10, 100, 1000)
 WARMUP_BUDGET = {"min_items": 1, "min_runs": 1, "max_items": 1}
 """A warm-up round builds every load and runs each path once; its samples are discarded."""
-LOG_LINES = 200
-THROUGHPUT_DIR = "throughput"
 
 
 @dataclass(frozen=True)
@@ -136,18 +135,12 @@ def _plan(fix: Fix, sources: Sources, logs: Path, options: ThroughputOptions, pr
 
 
 def _keep_log(job: BenchJob, work: Path) -> None:
-    """The tail of a bench child's log beside the results (a whole log repeats a line per failed request)."""
+    """The tail of a bench child's log beside the results (:func:`difflab.report.throughput.write_log_tail`)."""
     try:
         text = job.log_path.read_text(errors="replace")
     except OSError:
         return
-    dest = work / THROUGHPUT_DIR / job.fix_id / f"{job.side}.log"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    lines = text.splitlines()
-    kept = tail(text, LOG_LINES)
-    if len(lines) > LOG_LINES:
-        kept = f"[{len(lines) - LOG_LINES} earlier lines not kept]\n{kept}"
-    dest.write_text(kept + "\n")
+    write_log_tail(work, job.fix_id, job.side, text)
 
 
 def round_order(index: int) -> tuple[str, ...]:
@@ -192,6 +185,52 @@ def _ab(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Rep
     judge_throughput(result, described, rounds["base"], rounds["head"], options.seed, walls)
 
 
+def _measure_one(bench: WarmBench, plan: _Plan, options: ThroughputOptions, reporter: Reporter, work: Path) -> None:
+    """One fix's A/B; a failure is that fix's ``error``, and its bench logs are kept either way."""
+    try:
+        _ab(bench, plan, options, reporter)
+    except (BenchFailed, ValueError) as exc:
+        plan.result.status, plan.result.reason = "error", str(exc)
+        reporter.say(f"throughput {plan.fix.label}: {str(exc).splitlines()[0]}")
+    for job in plan.jobs.values():
+        _keep_log(job, work)
+
+
+def measure_each(
+    fixes: list[Fix],
+    sources: Sources,
+    runner: Any,
+    work: Path,
+    reporter: Reporter,
+    options: ThroughputOptions,
+    probe_dir: Path | None = None,
+) -> Iterator[ThroughputResult]:
+    """Every fix's throughput result in fix order, each as soon as it is judged (a long benchmark keeps what it has).
+
+    Only fixes that declare a throughput probe and have both sides are measured; the others'
+    results say why not. ``probe_dir`` holds the throughput probes (default ``probes/throughput/``).
+    """
+    warm = warm_runner(runner)
+    pdir = probe_dir or probes_dir() / THROUGHPUT_DIR
+    with tempfile.TemporaryDirectory(prefix="difflab-throughput-") as tmp:
+        plans = [_plan(fix, sources, Path(tmp), options, pdir) for fix in fixes]
+        needed = [job.source for p in plans for job in p.jobs.values()]
+        given = 0
+        try:
+            with contextlib.ExitStack() as stack:
+                bench = stack.enter_context(WarmBench(warm, needed)) if needed else None
+                for plan in plans:
+                    if plan.jobs and bench is not None:
+                        _measure_one(bench, plan, options, reporter, work)
+                    given += 1
+                    yield plan.result
+        except WarmUnavailable as exc:
+            for plan in plans[given:]:
+                if plan.jobs and plan.result.comparison is None:
+                    plan.result.status, plan.result.reason = "error", f"warm back end unavailable: {exc}"
+                yield plan.result
+
+
 def measure(
     fixes: list[Fix],
     sources: Sources,
@@ -200,40 +239,9 @@ def measure(
     reporter: Reporter,
     options: ThroughputOptions,
     probe_dir: Path | None = None,
-    done: Callable[[ThroughputResult], None] | None = None,
 ) -> list[ThroughputResult]:
-    """The throughput A/B of every fix that declares a throughput probe and has both sides.
-
-    ``probe_dir`` holds the throughput probes (default ``probes/throughput/``); ``done`` is
-    called with each measured fix's result as soon as it is judged (a long benchmark keeps
-    what it has).
-    """
-    warm = warm_runner(runner)
-    pdir = probe_dir or probes_dir() / THROUGHPUT_DIR
-    with tempfile.TemporaryDirectory(prefix="difflab-throughput-") as tmp:
-        plans = [_plan(fix, sources, Path(tmp), options, pdir) for fix in fixes]
-        needed = [job.source for p in plans for job in p.jobs.values()]
-        if not needed:
-            return [p.result for p in plans]
-        try:
-            with WarmBench(warm, needed) as bench:
-                for plan in plans:
-                    if not plan.jobs:
-                        continue
-                    try:
-                        _ab(bench, plan, options, reporter)
-                    except (BenchFailed, ValueError) as exc:
-                        plan.result.status, plan.result.reason = "error", str(exc)
-                        reporter.say(f"throughput {plan.fix.label}: {str(exc).splitlines()[0]}")
-                    for job in plan.jobs.values():
-                        _keep_log(job, work)
-                    if done is not None:
-                        done(plan.result)
-        except WarmUnavailable as exc:
-            for plan in plans:
-                if plan.jobs and plan.result.comparison is None:
-                    plan.result.status, plan.result.reason = "error", f"warm back end unavailable: {exc}"
-    return [p.result for p in plans]
+    """The throughput A/B of every fix that declares a throughput probe and has both sides (:func:`measure_each`)."""
+    return list(measure_each(fixes, sources, runner, work, reporter, options, probe_dir))
 
 
 def gate_exit(results: list[ThroughputResult], fail_above: float | None) -> int:

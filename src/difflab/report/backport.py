@@ -1,4 +1,4 @@
-"""A backport check's files: backport.json, junit.xml and summary.md."""
+"""A backport check's files (``difflab backport``): backport.json, junit.xml and summary.md."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from difflab.diff.likeness import BackportVerdict
-from difflab.observation import SCHEMA_VERSION
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell as _cell
 from difflab.report.markdown import declared as declared_values
 
+SCHEMA = 2
+"""``backport.json``'s schema version."""
 ICON = {"present": "✅", "absent": "❌", "partial": "⚠️", "error": "💥"}
 
 
 def backport_document(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> dict[str, Any]:
     return {
-        "schema": SCHEMA_VERSION,
+        "schema": SCHEMA,
         "fork": fork,
         "passed": all(v.passed for v in verdicts),
         "fixes": [v.to_dict() for v in verdicts],
@@ -109,3 +110,12 @@ def write_backport_summary(
 ) -> None:
     """``appendix``: more Markdown for the end (SGLang's own tests, when they were replayed)."""
     path.write_text(render_summary(fork, verdicts, appendix))
+
+
+def write_files(
+    folder: Path, fork: dict[str, Any], verdicts: list[BackportVerdict], appendix: Sequence[str] = ()
+) -> None:
+    """backport.json, junit.xml and summary.md (with ``appendix``) into the run folder."""
+    write_backport_json(folder / "backport.json", fork, verdicts)
+    write_backport_junit(folder / "junit.xml", verdicts)
+    write_backport_summary(folder / "summary.md", fork, verdicts, appendix)

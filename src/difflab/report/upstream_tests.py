@@ -1,4 +1,5 @@
-"""The replay's files in a results folder, and its section of the folder's Markdown summary.
+"""SGLang's own tests replayed (:mod:`difflab.upstream_tests`): their files in a results folder, and their
+section of the folder's Markdown summary.
 
 ``upstream-tests.json`` (every fix: files with origin and sha256, per test its outcome on
 each side and, for a base/head pair, its change; the agreement with the probe),
@@ -13,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from difflab.observation import SCHEMA_VERSION
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell, table
 from difflab.report.record import write_json
@@ -21,6 +21,8 @@ from difflab.upstream_tests.agreement import short
 from difflab.upstream_tests.outcomes import Outcome
 from difflab.upstream_tests.replay import FixReplay, SideRun
 
+SCHEMA = 2
+"""``upstream-tests.json``'s schema version."""
 JSON = "upstream-tests.json"
 JUNIT = "upstream-tests.xml"
 FOLDER = "upstream-tests"
@@ -35,7 +37,7 @@ CHANGE_CASE = {
 
 def document(replays: list[FixReplay], tests_dir: Path | None) -> dict[str, object]:
     return {
-        "schema": SCHEMA_VERSION,
+        "schema": SCHEMA,
         "tests_dir": str(tests_dir) if tests_dir else None,
         "fixes": [r.to_dict() for r in replays],
     }
