@@ -65,7 +65,12 @@ class BuildAnswer:
         return "NOT safe: " + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"build": self.build, "safe": self.safe, "line": self.line(), "members": [asdict(m) for m in self.members]}
+        return {
+            "build": self.build,
+            "safe": self.safe,
+            "line": self.line(),
+            "members": [asdict(m) for m in self.members],
+        }
 
 
 def _member(m: MemberStanding) -> str:

@@ -22,20 +22,7 @@ def load_families(path: Path, raw: Any, fixes: tuple[Fix, ...]) -> dict[str, Fam
     """Validate the ``[families]`` tables against the fixes that name them."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: families: expected a table of [families.<name>] tables")
-    titles: dict[str, str] = {}
-    for name, table in raw.items():
-        where = f"{path}: families.{name}"
-        if not _NAME.fullmatch(name):
-            raise ConfigError(f"{where}: {name!r}: use lowercase letters, digits and '-'")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: expected a table with a title")
-        unknown = set(table) - {"title"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}")
-        title = table.get("title")
-        if not isinstance(title, str) or not title.strip():
-            raise ConfigError(f"{where}.title: expected a non-empty string")
-        titles[name] = title
+    titles = {name: _title(f"{path}: families.{name}", name, table) for name, table in raw.items()}
     for fix in fixes:
         if fix.family is not None and fix.family not in titles:
             known = ", ".join(sorted(titles)) or "none declared"
@@ -49,3 +36,17 @@ def load_families(path: Path, raw: Any, fixes: tuple[Fix, ...]) -> dict[str, Fam
             raise ConfigError(f"{path}: families.{name}: no fix names it (add family = {name!r} to its members)")
         families[name] = Family(name=name, title=title, members=members)
     return families
+
+
+def _title(where: str, name: str, table: Any) -> str:
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"{where}: {name!r}: use lowercase letters, digits and '-'")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table with a title")
+    unknown = set(table) - {"title"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}")
+    title = table.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise ConfigError(f"{where}.title: expected a non-empty string")
+    return title

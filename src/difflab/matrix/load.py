@@ -452,6 +452,4 @@ def load_matrix(path: Path | str) -> Matrix:
     if dupes:
         raise w.fail("fixes", f"duplicate fix id(s) {dupes}")
     families = load_families(path, raw.get("families", {}), fixes)
-    return Matrix(
-        path=path, sha256=hashlib.sha256(data).hexdigest(), releases=releases, fixes=fixes, families=families
-    )
+    return Matrix(path=path, sha256=hashlib.sha256(data).hexdigest(), releases=releases, fixes=fixes, families=families)

@@ -204,6 +204,6 @@ def read_default(root: Path, defence: Defence) -> BuildDefault:
 
 
 def read_defaults(path: Path) -> list[BuildDefault]:
-    """Every configuration-only defence's default in the build at ``path``."""
-    root = sglang_root(path)
+    """Every configuration-only defence's default in the build at ``path`` (a tree without one: not found)."""
+    root = path if (path / "sglang").is_dir() or not (path.parent / "sglang").is_dir() else path.parent
     return [read_default(root, d) for d in DEFENCES]

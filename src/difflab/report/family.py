@@ -8,7 +8,7 @@ appends. ``defaults`` adds, per build, the configuration-only defences the build
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ def write_family(
     folder: Path,
     matrix: Matrix,
     per_build: Mapping[str, Mapping[str, str]],
-    defaults: Mapping[str, Iterable[Any]] | None = None,
+    defaults: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[str]:
     """Judge every family on every build, write ``family.json``, return the summary's lines (none: no family)."""
     reports = judge_families(matrix.families.values(), matrix.fixes, per_build)

@@ -21,8 +21,10 @@ from difflab.environment.shared import SharedEnvironment
 from difflab.files.atomic import check_out, results_folder
 from difflab.matrix import Fix, ReleasePin, load_matrix
 from difflab.paths import default_results
+from difflab.preflight.defaults import read_defaults
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
+from difflab.report.family import write_family
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, utc_now
 from difflab.runner import build_runner, runner_class
 from difflab.runner.jobs import check_probe_files
@@ -146,6 +148,11 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
         appendix: list[str] = []
         if folder is not None:
             appendix = replay_upstream_tests(work, fixes, fork, matrix.releases, verdicts, env, folder, say)
+        build = f"fork {fork.identity['commit'][:12]}"  # the family's answer and the build's switch defaults
+        family = write_family(
+            work, matrix, {build: {v.id: v.verdict for v in verdicts}}, {build: read_defaults(fork.root)}
+        )
+        appendix = [*family, *appendix]
         exit_code = 0 if all(v.passed for v in verdicts) else 1
         fork_doc = {**fork.identity, "ref": req.ref, "subject": fork.extra.get("subject"), "upstream": upstream}
         write_backport_json(work / "backport.json", fork_doc, verdicts)

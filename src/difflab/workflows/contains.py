@@ -30,9 +30,11 @@ from difflab.matrix import Matrix, load_matrix
 from difflab.matrix.model import ReleasePin
 from difflab.observation import Observation
 from difflab.paths import default_release_lock, default_results
+from difflab.preflight.defaults import read_defaults
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
 from difflab.report.containment import write_files
+from difflab.report.family import write_family
 from difflab.report.grid import write_html
 from difflab.report.record import RunRecord, folder_stamp, is_run_folder, matrix_reference, stamp, utc_now
 from difflab.runner import Runner, build_runner
@@ -176,6 +178,9 @@ def execute(
             appendix = replay_upstream_tests(work, fixes, sources, matrix_backend, table, env, folder, reporter)
         planned = [{"digest": d["digest"], "pins": d.get("pins", []), "releases": d["releases"]} for d in env_docs]
         extra = {"environments": planned, "lock": _lock_reference(lock)}
+        per_release = {c.version: {x.fix: x.verdict for x in table.cells if x.release == c.version} for c in columns}
+        defaults = {v: read_defaults(s.root) for v, s in sources.items()}  # the family's answer, per release
+        appendix = [*write_family(work, matrix, per_release, defaults), *appendix]
         write_files(work, table, extra, appendix)
         write_html(work, table, {"started": stamp(record.started), "exit_code": table.exit_code})
         if lock is not None:
