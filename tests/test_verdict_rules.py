@@ -214,7 +214,27 @@ def test_missing_observation_on_either_side() -> None:
 def test_an_ok_observation_missing_an_expected_field() -> None:
     head = obs({k: v for k, v in FIXED.items() if k != "rejected.retired"}, "head")
     p = judge_probe(spec(), obs(BUG), head)
-    assert (p.verdict, p.reason) == ("error", "head: an expected field is missing from the observation")
+    assert p.verdict == "error"
+    assert p.reason.startswith("head: field(s) the matrix declares that p did not return: expect 'rejected.retired'")
+
+
+def test_a_misspelt_field_is_named_with_the_probes_closest_field() -> None:
+    """A name missing on both sides is the matrix's misspelling: an error naming it, never drift or a verdict."""
+    typo = ProbeSpec(
+        name="p",
+        expect={"rejected.enqueud": (True, False)},
+        controls={"valid.enqueued": True, "valid.retried": 0},
+    )
+    bug = {"rejected.enqueued": True, "valid.enqueued": True, "valid.retired": 0}
+    p = judge_probe(typo, obs(bug), obs({**bug, "rejected.enqueued": False}, "head"))
+    assert p.verdict == "error"
+    assert "expect 'rejected.enqueud' (closest: 'rejected.enqueued')" in p.reason
+    typo = ProbeSpec(name="p", expect={"rejected.enqueued": (True, False)}, controls={"valid.retried": 0})
+    p = judge_probe(typo, obs(bug), obs({**bug, "rejected.enqueued": False}, "head"))
+    assert (p.verdict, p.reason) == (
+        "error",
+        "field(s) the matrix declares that p did not return: control 'valid.retried' (closest: 'valid.retired')",
+    )
 
 
 def test_error_without_a_message() -> None:

@@ -186,6 +186,10 @@ def execute(req: RunRequest, reporter: Reporter | None = None) -> RunOutcome:
             "sources": {s.label: s.identity for s in sources.values() if isinstance(s, MaterialisedSource)},
             "environment_digest": env.digest,
             "probes": probes_record(),
+            # fields a probe returned that the matrix declares nowhere: observed, never judged
+            "undeclared_fields": {
+                f"{v.id}/{p.probe}": p.undeclared for v in verdicts for p in v.probes if p.undeclared
+            },
         }
         if req.throughput is not None:
             record.details["throughput"] = req.throughput.record()
