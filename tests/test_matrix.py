@@ -20,6 +20,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.inventory
 def test_default_matrix_records_what_public_material_confirms() -> None:
     """Facts about named fixes; which fixes the matrix lists is tests/test_default_matrix.py's (from the matrix)."""
     m = load_matrix(default_matrix())
@@ -103,6 +104,7 @@ def test_duplicate_fix_ids(tmp_path: Path) -> None:
         load_matrix(write(tmp_path, RELEASES + FIX + FIX))
 
 
+@pytest.mark.inventory
 def test_default_matrix_carries_the_gpu_plans() -> None:
     matrix = load_matrix(default_matrix())
     plans = load_gpu_plans(matrix)

@@ -104,6 +104,7 @@ def test_reports_name_the_mark_ratio_interval_p_and_exponents():
     assert json.loads(json.dumps(doc)) == doc
 
 
+@pytest.mark.inventory
 def test_matrix_declares_a_throughput_probe(tmp_path: Path, matrix):
     timed = [f for f in matrix.fixes if f.throughput]
     assert matrix.fix("38935").throughput == "pr38935_doors" and timed

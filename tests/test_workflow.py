@@ -65,6 +65,7 @@ def test_the_only_workflow_is_the_generated_one(sessions):
     assert gen.check(WORKFLOW, sessions) == []
 
 
+@pytest.mark.inventory
 def test_matrix_is_generated_from_every_nox_session(sessions):
     names = {s["name"] for s in sessions}
     assert {"lab", "side", "merge", "pack", "contains", "tests", "lint", "mutation"} <= names
