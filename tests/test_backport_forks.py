@@ -144,3 +144,23 @@ def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int,
     assert ev["version_claims_fix"] is True
     assert ev["ancestor"] is False and ev["patch_equivalent"] is False and ev["equivalent_commits"] == []
     assert any("version" in d for d in fix["disagreements"])
+
+
+def test_the_family_answer_and_the_forks_switch_defaults_sit_beside_the_verdict(
+    checked: dict[str, tuple[int, Path]], repos: ReleaseRepos
+) -> None:
+    """Only #38935 was checked on the 0.5.20-based fork: its family is not declared safe, the rest unknown."""
+    _, folder = checked["cherry"]
+    doc = json.loads((folder / "family.json").read_text())
+    (family,) = doc["families"]
+    (build,) = family["builds"]
+    assert build["build"] == f"fork {repos.fork_commits['cherry'][:12]}"
+    standing = {m["fix"]: m["standing"] for m in build["members"]}
+    assert standing.pop("38935") == "covered" and set(standing.values()) == {"unknown"}
+    assert not build["safe"] and build["line"].startswith("NOT safe: unknown: ")
+    defaults = {d["key"]: d for d in doc["defaults"][build["build"]]}
+    assert defaults["deferred-release"]["value"] is False and not defaults["deferred-release"]["protects"]  # 0.5.20
+    assert defaults["transfer-batch"]["value"] == 0 and not defaults["kv-checksum"]["found"]
+    summary = (folder / "summary.md").read_text()
+    assert "## Family `kv-safety`" in summary and "defaults to False (sglang/srt/environ.py:" in summary
+    assert "family.json" in (folder / "SHA256SUMS").read_text()  # sealed with the run

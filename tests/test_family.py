@@ -10,7 +10,7 @@ import pytest
 from difflab.diff.family import SAFE, judge_families
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
-from difflab.report.family import write_family
+from difflab.report.family import answer_lines, write_family
 from matrix_samples import FIX, RELEASES
 
 FAMILY = '\n[families.kv-safety]\ntitle = "KV safety"\n'
@@ -113,9 +113,10 @@ def test_family_json_and_the_summary_lines(tmp_path: Path) -> None:
     assert "## Family `kv-safety`: KV safety" in text
     assert "| fork abc | ❌ NOT safe: missing: #38935 |" in text
     assert "- PD KV checksum (#39500): off" in text
+    assert answer_lines(folder) == ["family kv-safety @ fork abc: NOT safe: missing: #38935"]  # what the CLI prints
 
 
 def test_nothing_is_written_without_a_family_or_defaults(tmp_path: Path) -> None:
     m = load_matrix(write(tmp_path, RELEASES + FIX))
     assert write_family(tmp_path, m, {"0.5.21": {"38935": "present"}}) == []
-    assert not (tmp_path / "family.json").exists()
+    assert not (tmp_path / "family.json").exists() and answer_lines(tmp_path) == []

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from difflab.commands import _args
 from difflab.progress import Reporter, data
+from difflab.report.family import answer_lines
 from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
@@ -72,6 +73,8 @@ def main(args: argparse.Namespace) -> int:
             row.append(f"[{COLOURS[c.verdict]}]{c.verdict}[/{COLOURS[c.verdict]}]{mark}")
         grid.add_row(fix.label, *row)
     out.print(grid)
+    for line in answer_lines(outcome.out_dir):  # the family's question, one line per release
+        out.print(data(line))
     for c in t.cells:
         if c.verdict not in ("present", "absent") or not c.agrees:
             out.print(data(f"  {c.fix} @ {c.release}: {c.verdict}: {c.reason}"))

@@ -8,6 +8,7 @@ appends. ``defaults`` adds, per build, the configuration-only defences the build
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,12 @@ def write_family(
     }
     write_json(folder / JSON_NAME, doc)
     return render_lines(reports, described)
+
+
+def answer_lines(folder: Path) -> list[str]:
+    """``family <name> @ <build>: <answer>``, one per build, from a run folder's family.json (none: no file)."""
+    path = folder / JSON_NAME
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    return [f"family {f['family']} @ {b['build']}: {b['line']}" for f in doc.get("families", []) for b in f["builds"]]
