@@ -70,6 +70,9 @@ def test_results_folder_is_complete(default_run) -> None:
     out = outcome.out_dir
     for name in ("diff.json", "junit.xml", "summary.md", "run.json", "environment.json", "matrix.toml"):
         assert (out / name).is_file(), name
+    run = json.loads((out / "run.json").read_text())  # what the probes return and the matrix ignores, listed
+    listed = {f"{f['id']}/{p['probe']}": p["undeclared"] for f in diff["fixes"] for p in f["probes"] if p["undeclared"]}
+    assert run["undeclared_fields"] == listed
     env = json.loads((out / "environment.json").read_text())
     assert env["python_version"].startswith("3.") and any(p.startswith("torch==") for p in env["packages"])
     cases = [c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite]

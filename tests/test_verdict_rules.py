@@ -519,3 +519,17 @@ def test_a_matrix_written_before_back_ends_judges_the_default_back_end() -> None
     base = obs(_per_backend(BUG, "mooncake") | _per_backend(FIXED, "nixl"), "base")
     head = obs(_per_backend(FIXED, "mooncake") | _per_backend(BUG, "nixl"), "head")
     assert judge_probe(spec(), base, head).verdict == "confirmed"  # mooncake, the server's default
+
+
+def test_fields_the_probe_returns_and_the_matrix_ignores_are_listed_not_judged() -> None:
+    from difflab.report.markdown import render_summary
+
+    extra = {"rejected.sent": 1, "mori:not-applicable": "no Mori back end"}
+    p = judge_probe(spec(), obs(BUG | extra), obs(FIXED | {"late.acks": 0}, "head"))
+    assert p.verdict == "confirmed"  # evidence nobody judges changes no verdict
+    assert p.undeclared == ["late.acks", "rejected.sent"]  # a back end's not-applicable marker is not evidence
+    assert p.to_dict()["undeclared"] == ["late.acks", "rejected.sent"]
+    v = judge_fix(make_fix(), {"p": obs(BUG | extra)}, {"p": obs(FIXED, "head")}, {}, {})
+    text = render_summary([v])
+    assert "- observed, declared in no expect or control: `rejected.sent`\n\n| field |" in text
+    assert not judge_probe(spec(), obs(BUG), obs(FIXED, "head")).undeclared
