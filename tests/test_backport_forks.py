@@ -149,7 +149,10 @@ def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int,
 def test_the_family_answer_and_the_forks_switch_defaults_sit_beside_the_verdict(
     checked: dict[str, tuple[int, Path]], repos: ReleaseRepos
 ) -> None:
-    """Only #38935 was checked on the fork: its family is not declared safe (the rest unknown); its tree's switches beside."""
+    """Only #38935 was checked on the fork: its family is not declared safe (the rest unknown).
+
+    Beside it, the switches the fork's own tree declares.
+    """
     _, folder = checked["cherry"]
     doc = json.loads((folder / "family.json").read_text())
     (family,) = doc["families"]
