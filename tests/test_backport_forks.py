@@ -154,3 +154,33 @@ def test_version_string_claiming_the_fix_is_absent(checked: dict[str, tuple[int,
         "the version string 0.5.21 claims release 0.5.21 (which carries the fix), but the behaviour is absent"
     ]
     assert not any("re-implemented" in d for d in fix["disagreements"])
+
+
+def test_the_family_answer_and_the_forks_switch_defaults_sit_beside_the_verdict(
+    checked: dict[str, tuple[int, Path]], repos: ReleaseRepos
+) -> None:
+    """Only #38935 was checked on the fork: its family is not declared safe (the rest unknown).
+
+    Beside it, the switches the fork's own tree declares.
+    """
+    _, folder = checked["cherry"]
+    doc = json.loads((folder / "family.json").read_text())
+    (family,) = doc["families"]
+    (build,) = family["builds"]
+    assert build["build"] == f"fork {repos.fork_commits['cherry'][:12]}"
+    standing = {m["fix"]: m["standing"] for m in build["members"]}
+    assert standing.pop("38935") == "covered" and set(standing.values()) == {"unknown"}
+    assert not build["safe"] and build["line"].startswith("NOT safe: unknown: ")
+    defaults = {d["key"]: d for d in doc["defaults"][build["build"]]}
+    # the cherry-picked commit is 0.5.20 -> 0.5.21 whole: the fork's tree declares 0.5.21's switches
+    assert defaults["deferred-release"]["value"] is True and defaults["deferred-release"]["protects"]
+    assert defaults["deferred-release"]["where"].startswith("sglang/srt/environ.py:")
+    assert defaults["transfer-batch"]["value"] == 0 and not defaults["transfer-batch"]["protects"]
+    assert defaults["kv-checksum"]["value"] is False and defaults["kv-checksum"]["found"]
+    summary = (folder / "summary.md").read_text()
+    assert "## Family `kv-safety`" in summary and "defaults to True (sglang/srt/environ.py:" in summary
+    _, version = checked["version"]  # the plain 0.5.20 tree with a version string that claims the fix
+    older = json.loads((version / "family.json").read_text())["defaults"]
+    (found,) = older.values()
+    assert {d["key"]: d["value"] for d in found}["deferred-release"] is False  # 0.5.20's default: off
+    assert "family.json" in (folder / "SHA256SUMS").read_text()  # sealed with the run

@@ -173,7 +173,11 @@ def test_a_missing_expect_field_on_the_fork_is_an_error() -> None:
     seen = fork(DOOR, head_everywhere)
     del seen[DECODE].fields["rejected.pending"]
     v = judge_backport(DOOR, seen)
-    assert (v.verdict, v.reason) == ("error", f"{DECODE}: probe error: an expected field is missing")
+    assert (v.verdict, v.reason) == (
+        "error",
+        f"{DECODE}: probe error: field(s) the matrix declares that {DECODE} did not return: "
+        "expect 'rejected.pending' (closest: 'rejected.retired')",
+    )
     checks = {c.field: c.like for c in v.probes[1].fields}
     assert checks["rejected.pending"] == "missing" and checks["rejected.retired"] == "head"
 

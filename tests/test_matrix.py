@@ -20,9 +20,10 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_default_matrix_declares_all_four_fixes() -> None:
+@pytest.mark.inventory
+def test_default_matrix_records_what_public_material_confirms() -> None:
+    """Facts about named fixes; which fixes the matrix lists is tests/test_default_matrix.py's (from the matrix)."""
     m = load_matrix(default_matrix())
-    assert {f.pr for f in m.fixes} == {36988, 38935, 41404, 43719}
     parts = {f.id: f for f in m.fixes}
     assert parts["43719b"].head.unavailable and "no release" in parts["43719b"].head.unavailable
     assert parts["43719a"].head.release == "0.5.22"
@@ -103,9 +104,11 @@ def test_duplicate_fix_ids(tmp_path: Path) -> None:
         load_matrix(write(tmp_path, RELEASES + FIX + FIX))
 
 
+@pytest.mark.inventory
 def test_default_matrix_carries_the_gpu_plans() -> None:
-    plans = load_gpu_plans(load_matrix(default_matrix()))
-    assert set(plans) == {"36988", "38935", "41404"}
+    matrix = load_matrix(default_matrix())
+    plans = load_gpu_plans(matrix)
+    assert {"36988", "38935", "41404"} <= set(plans) <= {f.id for f in matrix.fixes}
     assert [p.name for p in plans["38935"].probes] == ["gpu_oversized_prompt", "gpu_canary_leak"]
     assert plans["41404"].throughput and not plans["36988"].throughput
     assert plans["36988"].probes[0].expect == {"abort.prefill_kv_back_to_baseline": (False, True)}

@@ -18,15 +18,17 @@ import pytest
 
 from difflab.progress import Reporter
 from difflab.workflows.contains import ContainsRequest, execute
+from release_map import load_release_map
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-FIRST_FIXED = {"41404": "0.5.21", "43719a": "0.5.22"}
 PROBE = {"41404": "pr41404_deferred_release", "43719a": "pr43719_failed_send_ack"}
-# the transport back ends each fix's scenarios run on, and the first release whose back end has the machinery
-BACKENDS = {"41404": {"mooncake": "0.5.19", "nixl": "0.5.19", "mori": "0.5.22"}, "43719a": {"mooncake": "0.5.19"}}
+# from the release map: the first release carrying each fix, and per transport back end its scenarios run on
+# the first release whose back end has the machinery
+FIRST_FIXED = {fix: load_release_map()[fix].first for fix in PROBE}
+BACKENDS = {fix: load_release_map()[fix].backends for fix in PROBE}
 
 # field: (value before the fix, value with it)
 CHANGES = {

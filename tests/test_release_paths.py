@@ -24,11 +24,12 @@ from difflab.progress import Reporter
 from difflab.runner import ProbeJob
 from difflab.source.release import ReleaseSource
 from difflab.workflows.run import RunRequest, make_runner
+from release_map import load_release_map
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-FIRST = {"36988": "0.5.20", "38935": "0.5.21"}
+FIRST = {fix: load_release_map()[fix].first for fix in ("36988", "38935")}  # from matrices/release-map.toml
 PROBES = {
     "pr36988_retire_aborted": "36988",
     "pr38935_prefill_door": "38935",

@@ -2,7 +2,8 @@
 
 - the default matrix gives the declared verdicts (#43719(b): unavailable, with the base bug shown);
 - head against head is ``not-reproduced`` for every fix (each probe discriminates);
-- ``contains --all`` reproduces the release map over the committed release lock;
+- ``contains --all`` reproduces the release map (``matrices/release-map.toml``) over the committed release
+  lock, every fix on every release: a probe that errors on a release it should judge fails here;
 - every shipped mutation is ``causal``; a useless probe is ``insensitive``; a stale mutation is reported.
 """
 
@@ -15,23 +16,24 @@ from pathlib import Path
 
 import pytest
 from junitparser import JUnitXml
+from packaging.version import Version
 
 from difflab.environment.shared import SharedEnvironment
 from difflab.matrix import load_matrix
+from difflab.paths import default_release_lock
 from difflab.progress import Reporter
+from difflab.source.release_lock import load_lock
 from difflab.workflows.contains import ContainsRequest
 from difflab.workflows.contains import execute as contains
 from difflab.workflows.run import RunRequest, execute, make_runner
+from release_map import load_release_map
 
 pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
-EXPECTED = {
-    "36988": "confirmed",
-    "38935": "confirmed",
-    "41404": "confirmed",
-    "43719a": "confirmed",
-    "43719b": "unavailable",
-}
+
+def expected_verdicts(matrix) -> dict[str, str]:
+    """Every fix ``confirmed`` on its pins, or ``unavailable`` where the matrix says no head exists."""
+    return {f.id: "unavailable" if f.head.unavailable else "confirmed" for f in matrix.fixes}
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +43,13 @@ def default_run(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
     return outcome, json.loads((out / "diff.json").read_text())
 
 
-def test_default_matrix_verdicts(default_run) -> None:
+def test_default_matrix_verdicts(default_run, matrix) -> None:
     outcome, diff = default_run
     got = {f["id"]: f["verdict"] for f in diff["fixes"]}
-    assert got == EXPECTED, {f["id"]: f["reason"] for f in diff["fixes"]}
+    assert got == expected_verdicts(matrix), {f["id"]: f["reason"] for f in diff["fixes"]}
     assert outcome.exit_code == 0
-    b = next(f for f in diff["fixes"] if f["id"] == "43719b")
-    assert "head unavailable" in b["reason"] and "base shows the bug" in b["reason"]
+    for b in (f for f in diff["fixes"] if f["verdict"] == "unavailable"):
+        assert "head unavailable" in b["reason"] and "base shows the bug" in b["reason"], b["id"]
 
 
 def test_observations_come_from_the_pinned_releases(default_run, matrix) -> None:
@@ -68,6 +70,9 @@ def test_results_folder_is_complete(default_run) -> None:
     out = outcome.out_dir
     for name in ("diff.json", "junit.xml", "summary.md", "run.json", "environment.json", "matrix.toml"):
         assert (out / name).is_file(), name
+    run = json.loads((out / "run.json").read_text())  # what the probes return and the matrix ignores, listed
+    listed = {f"{f['id']}/{p['probe']}": p["undeclared"] for f in diff["fixes"] for p in f["probes"] if p["undeclared"]}
+    assert run["undeclared_fields"] == listed
     env = json.loads((out / "environment.json").read_text())
     assert env["python_version"].startswith("3.") and any(p.startswith("torch==") for p in env["packages"])
     cases = [c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite]
@@ -97,20 +102,36 @@ def test_head_against_head_is_not_reproduced(tmp_path: Path, matrix_path: Path, 
     assert outcome.exit_code == 1
 
 
-def test_contains_all_reproduces_the_release_map(tmp_path: Path, matrix_path: Path) -> None:
+def test_contains_all_reproduces_the_release_map(tmp_path: Path, matrix_path: Path, matrix) -> None:
+    """Every fix on every release of the lock, against matrices/release-map.toml: no cell may be an error."""
     outcome = contains(ContainsRequest(matrix=matrix_path, all_releases=True, out=tmp_path / "c", bundle=False))
     releases = [r.version for r in outcome.table.releases]
-    assert releases == ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]  # the committed lock
-    table = {(c.fix, c.release): c.verdict for c in outcome.table.cells}
-    first_fixed = {"36988": "0.5.20", "38935": "0.5.21", "41404": "0.5.21", "43719a": "0.5.22", "43719b": None}
-    for fix_id, first in first_fixed.items():
+    assert releases == load_lock(default_release_lock()).versions  # the committed lock
+    cells = {(c.fix, c.release): c for c in outcome.table.cells}
+    carried = load_release_map()
+    for fix in matrix.fixes:
         for release in releases:
-            want = "present" if first and release >= first else "absent"
-            assert table[(fix_id, release)] == want, (fix_id, release, table[(fix_id, release)])
+            c = cells[(fix.id, release)]
+            assert c.verdict != "error", (fix.id, release, c.reason)
+            want = "present" if carried[fix.id].carried_on(release) else "absent"
+            before_base = fix.base.release and Version(release) < Version(fix.base.release)
+            assert c.verdict == want or (before_base and c.verdict == "not-applicable"), (fix.id, release, c.reason)
+            on = carried[fix.id].backends_on(release)
+            judged = sorted(b for b, v in c.backends.items() if not v.startswith("not-applicable"))
+            assert judged == sorted(on), (fix.id, release, c.backends)
     out = outcome.out_dir
     assert outcome.exit_code == 0 and not outcome.table.regressions and not outcome.table.new_releases
     assert json.loads((out / "contains.json").read_text())["agrees"] is True
-    assert "| #36988 | absent | present | present | present | present |" in (out / "contains.md").read_text()
+    rows = (out / "contains.md").read_text()
+    for fix in matrix.fixes:
+        if not any(p.backends for p in fix.probes):
+            words = ["present" if carried[fix.id].carried_on(r) else "absent" for r in releases]
+            assert f"| {fix.label} | {' | '.join(words)} |" in rows, fix.id
+    family = json.loads((out / "family.json").read_text())["families"]
+    for report in family:  # a release is safe from the family exactly when it carries every member
+        members = [m for m in report["members"] if m in carried]
+        for build in report["builds"]:
+            assert build["safe"] == all(carried[m].carried_on(build["build"]) for m in members), build["line"]
 
 
 def _run_selfcheck(matrix_file: Path, fix_ids: list[str], work: Path):

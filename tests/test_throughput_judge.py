@@ -104,17 +104,14 @@ def test_reports_name_the_mark_ratio_interval_p_and_exponents():
     assert json.loads(json.dumps(doc)) == doc
 
 
+@pytest.mark.inventory
 def test_matrix_declares_a_throughput_probe(tmp_path: Path, matrix):
-    assert {f.id: f.throughput for f in matrix.fixes} == {
-        "36988": "pr36988_results",
-        "38935": "pr38935_doors",
-        "41404": "pr41404_failures",
-        "43719a": "pr43719a_sends",
-        "43719b": None,
-    }
-    for fix in matrix.fixes:
-        if fix.throughput:
-            assert (Path(__file__).parents[1] / "probes" / "throughput" / f"{fix.throughput}.py").is_file()
+    timed = [f for f in matrix.fixes if f.throughput]
+    assert matrix.fix("38935").throughput == "pr38935_doors" and timed
+    for fix in timed:  # named after its fix, with its file, and only where a head can be timed against the base
+        assert fix.throughput.startswith(f"pr{fix.pr}"), (fix.id, fix.throughput)
+        assert (Path(__file__).parents[1] / "probes" / "throughput" / f"{fix.throughput}.py").is_file()
+        assert not fix.head.unavailable, fix.id
     text = matrix.path.read_text()
     for bad, message in (('probe = "no-dash"', "not a probe module name"), ('probe = "x"\nrounds = 3', "unknown")):
         broken = tmp_path / "m.toml"

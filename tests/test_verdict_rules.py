@@ -214,7 +214,27 @@ def test_missing_observation_on_either_side() -> None:
 def test_an_ok_observation_missing_an_expected_field() -> None:
     head = obs({k: v for k, v in FIXED.items() if k != "rejected.retired"}, "head")
     p = judge_probe(spec(), obs(BUG), head)
-    assert (p.verdict, p.reason) == ("error", "head: an expected field is missing from the observation")
+    assert p.verdict == "error"
+    assert p.reason.startswith("head: field(s) the matrix declares that p did not return: expect 'rejected.retired'")
+
+
+def test_a_misspelt_field_is_named_with_the_probes_closest_field() -> None:
+    """A name missing on both sides is the matrix's misspelling: an error naming it, never drift or a verdict."""
+    typo = ProbeSpec(
+        name="p",
+        expect={"rejected.enqueud": (True, False)},
+        controls={"valid.enqueued": True, "valid.retried": 0},
+    )
+    bug = {"rejected.enqueued": True, "valid.enqueued": True, "valid.retired": 0}
+    p = judge_probe(typo, obs(bug), obs({**bug, "rejected.enqueued": False}, "head"))
+    assert p.verdict == "error"
+    assert "expect 'rejected.enqueud' (closest: 'rejected.enqueued')" in p.reason
+    typo = ProbeSpec(name="p", expect={"rejected.enqueued": (True, False)}, controls={"valid.retried": 0})
+    p = judge_probe(typo, obs(bug), obs({**bug, "rejected.enqueued": False}, "head"))
+    assert (p.verdict, p.reason) == (
+        "error",
+        "field(s) the matrix declares that p did not return: control 'valid.retried' (closest: 'valid.retired')",
+    )
 
 
 def test_error_without_a_message() -> None:
@@ -499,3 +519,17 @@ def test_a_matrix_written_before_back_ends_judges_the_default_back_end() -> None
     base = obs(_per_backend(BUG, "mooncake") | _per_backend(FIXED, "nixl"), "base")
     head = obs(_per_backend(FIXED, "mooncake") | _per_backend(BUG, "nixl"), "head")
     assert judge_probe(spec(), base, head).verdict == "confirmed"  # mooncake, the server's default
+
+
+def test_fields_the_probe_returns_and_the_matrix_ignores_are_listed_not_judged() -> None:
+    from difflab.report.markdown import render_summary
+
+    extra = {"rejected.sent": 1, "mori:not-applicable": "no Mori back end"}
+    p = judge_probe(spec(), obs(BUG | extra), obs(FIXED | {"late.acks": 0}, "head"))
+    assert p.verdict == "confirmed"  # evidence nobody judges changes no verdict
+    assert p.undeclared == ["late.acks", "rejected.sent"]  # a back end's not-applicable marker is not evidence
+    assert p.to_dict()["undeclared"] == ["late.acks", "rejected.sent"]
+    v = judge_fix(make_fix(), {"p": obs(BUG | extra)}, {"p": obs(FIXED, "head")}, {}, {})
+    text = render_summary([v])
+    assert "- observed, declared in no expect or control: `rejected.sent`\n\n| field |" in text
+    assert not judge_probe(spec(), obs(BUG), obs(FIXED, "head")).undeclared

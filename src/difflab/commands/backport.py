@@ -7,6 +7,7 @@ import argparse
 from difflab.backport.evidence import DEFAULT_SCAN_LIMIT
 from difflab.commands import _args
 from difflab.progress import Reporter
+from difflab.report.family import answer_lines
 from difflab.source.mirror import REPO_ENV
 from difflab.workflows.backport import BackportRequest, execute
 
@@ -41,4 +42,6 @@ def main(args: argparse.Namespace) -> int:
         reporter.say(f"#{v.fix}{f'({v.part})' if v.part else ''}: {v.verdict} - {v.reason}")
         if v.backends:
             reporter.say("    back ends: " + "; ".join(f"{b} {own}" for b, own in v.backends.items()))
+    for line in answer_lines(outcome.out_dir):  # the family's question for this fork, in one line
+        reporter.say(line)
     return outcome.exit_code

@@ -12,6 +12,7 @@ from rich.text import Text
 from difflab.commands import _args
 from difflab.diff.containment import ContainmentTable
 from difflab.progress import Reporter, data
+from difflab.report.family import answer_lines
 from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
@@ -91,6 +92,8 @@ def main(args: argparse.Namespace) -> int:
     out = Console(highlight=False)
     _headlines(out, outcome.table)
     out.print(_grid(outcome.table))
+    for line in answer_lines(outcome.out_dir):  # the family's question, one line per release
+        out.print(data(line))
     _notes(out, outcome.table)
     out.print(data(f"results: {outcome.out_dir} (contains.html, contains.md, contains.json, junit.xml)"))
     return outcome.exit_code

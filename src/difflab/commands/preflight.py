@@ -1,5 +1,8 @@
 """``difflab preflight``: Cloudflare's four gates, read from running prefill and decode engines.
 
+``--build PATH|RELEASE`` reads instead what a build ships: the defaults of the family's
+configuration-only defences, from its own tree (:mod:`difflab.preflight.defaults`).
+
 Exit codes: 0 every gate passes (or does not apply); 1 a gate fails or cannot be
 judged (each one is named on stderr); 2 bad input. The JSON report goes to stdout,
 or to ``--json FILE`` (then stdout gets the human summary).
@@ -22,8 +25,14 @@ ICON = {"pass": "ok  ", "fail": "FAIL", "unknown": "??  ", "not-applicable": "n/
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefill", required=True, metavar="URL", help="prefill engine, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--decode", required=True, metavar="URL", help="decode engine, e.g. http://127.0.0.1:30001")
+    parser.add_argument("--prefill", metavar="URL", help="prefill engine, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--decode", metavar="URL", help="decode engine, e.g. http://127.0.0.1:30001")
+    parser.add_argument(
+        "--build",
+        metavar="PATH|RELEASE",
+        help="instead of engines: a build's tree (a folder holding sglang/) or a release the matrix pins; "
+        "prints the defaults of its configuration-only defences (batch cap, KV checksum, deferred release)",
+    )
     parser.add_argument("--router", metavar="URL", help="router: also send one live request (checksum verification)")
     parser.add_argument(
         "--env",
@@ -56,6 +65,12 @@ def render(report: PreflightReport) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.build:
+        from difflab.preflight.build import build_report
+
+        return build_report(args.build, args.json_file, Reporter())
+    if not args.prefill or not args.decode:
+        raise ConfigError("--prefill and --decode are both needed (or --build to read a build's defaults)")
     report = run_preflight(args.prefill, args.decode, args.router, _env_sources(args.env), timeout_s=args.timeout)
     text = json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str)
     out = Reporter()

@@ -32,6 +32,7 @@ from typing import Any
 
 from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side
+from difflab.diff.fields import describe_missing
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import Observation
 
@@ -156,10 +157,11 @@ def _compare(spec: ProbeSpec, obs: Observation | None) -> ProbeComparison:
     checks = _field_checks(spec, obs)
     match = classify(obs, spec)
     if match is Match.ERROR:
+        never = describe_missing(spec, obs)  # a misspelt expect field, named
         why = (
             "no observation"
             if obs is None
-            else ((obs.error or "").strip().splitlines()[-1:] or ["an expected field is missing"])[0]
+            else never or ((obs.error or "").strip().splitlines()[-1:] or ["an expected field is missing"])[0]
         )
         return ProbeComparison(spec.name, "error", f"probe error: {why}", checks, obs)
     off = [c.field for c in checks if c.kind == "control" and c.like != "ok"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from difflab.diff.backends import applicable, as_declared, gaps
 from difflab.diff.classify import Match, classify, controls_hold, field_side, same
+from difflab.diff.fields import describe_missing, undeclared
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import SIDES, Observation
 
@@ -48,6 +49,8 @@ class ProbeDiff:
     head: Observation | None
     backends: list[str] = field(default_factory=list)
     """Transport back ends judged on both sides; a back end that does not apply on a side is named in ``reason``."""
+    undeclared: list[str] = field(default_factory=list)
+    """Fields the probe returned that the matrix declares nowhere: observed, never judged."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # the observations too, as Observation.to_dict writes them
@@ -112,6 +115,7 @@ def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | N
     machinery) is left out of the comparison and named in the reason.
     """
     base, head = as_declared(spec, base), as_declared(spec, head)
+    ignored = undeclared(spec, (base, head))
     skipped = {f"{b} on base": r for b, r in gaps(base, spec).items()}
     skipped |= {f"{b} on head": r for b, r in gaps(head, spec).items()}
     if skipped:
@@ -124,6 +128,7 @@ def judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | N
     else:
         diff = _judge_probe(spec, base, head)
     diff.backends = list(spec.backends)
+    diff.undeclared = ignored
     return diff
 
 
@@ -137,13 +142,16 @@ def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | 
         return ProbeDiff(spec.name, verdict, reason, bm.value, hm.value, fields, base, head)
 
     if bm is Match.ERROR:
-        return done("error", f"base: {_why(base)}")
+        return done("error", f"base: {_why(base, spec)}")
     if head_unavailable:
         assert head is not None
         shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
         return done("unavailable", f"head unavailable: {head.error}; base {shown}")
     if hm is Match.ERROR:
-        return done("error", f"head: {_why(head)}")
+        return done("error", f"head: {_why(head, spec)}")
+    never = describe_missing(spec, base, head)
+    if never:  # a control the probe never returns is a misspelling, not drift
+        return done("error", never)
     drift = sorted(set(controls_hold(base, spec)) | set(controls_hold(head, spec)))
     if drift:
         return done("control-drift", "control field(s) changed or off their declared value: " + ", ".join(drift))
@@ -216,11 +224,11 @@ def judge_all(
     return verdicts
 
 
-def _why(obs: Observation | None) -> str:
+def _why(obs: Observation | None, spec: ProbeSpec) -> str:
     if obs is None:
         return "no observation"
     if obs.status == "ok":
-        return "an expected field is missing from the observation"
+        return describe_missing(spec, obs) or "an expected field is missing from the observation"
     first = (obs.error or "unknown error").strip().splitlines()
     return first[-1] if first else "unknown error"
 

@@ -26,14 +26,14 @@ DEFERRED_DEFAULT_KNOWN_FROM = (0, 5, 19)
 DEFERRED_METRIC = "sglang:decode_deferred_kv_release_total"  # {outcome=drained|timeout|error}, 0.5.22+
 DEFERRED_HELD_METRIC = "sglang:num_decode_deferred_kv_release_reqs"
 
-# --- Mooncake transfer batch (sgl-project/sglang#32758, merged 2026-07; 0 disables splitting) ---
-# Its default in each release wheel is NOT confirmed here (the PR review discussed 1 GiB vs 4 GiB):
-# the gate therefore asks for an explicit positive value.
-TRANSFER_BATCH_ENV = "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_BYTES"
+# --- Mooncake transfer batch (sgl-project/sglang#32758; 0 disables splitting) ---
+# The release trees name it ..._INDICES (a count of KV indices per batch, not bytes): EnvInt(0) in
+# 0.5.20-0.5.23 (one unbounded batch unless set), absent in 0.5.19 (difflab.preflight.defaults).
+TRANSFER_BATCH_ENV = "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES"
 
 # --- KV checksum: a server flag first, an environment level later (both seen in SGLang tests) ---
 CHECKSUM_FLAG_KEY = "disaggregation_enable_kv_checksum"  # --disaggregation-enable-kv-checksum
-CHECKSUM_ENV = "SGLANG_DISAGGREGATION_KV_CHECKSUM"  # integer level, 0 = OFF
+CHECKSUM_ENV = "SGLANG_DISAGGREGATION_KV_CHECKSUM"  # integer level, 0 = OFF (in no release tree 0.5.19-0.5.23)
 # Context parallelism disables the checksum (KVChecksummer.maybe_create): "where supported".
 CHECKSUM_UNSUPPORTED_INFO_KEYS = ("dcp_size", "attn_cp_size")
 

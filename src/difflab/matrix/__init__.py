@@ -3,6 +3,7 @@
 from difflab.matrix.load import load_matrix
 from difflab.matrix.model import (
     CommitPin,
+    Family,
     Fix,
     Hunk,
     Matrix,
@@ -15,6 +16,7 @@ from difflab.matrix.model import (
 
 __all__ = [
     "CommitPin",
+    "Family",
     "Fix",
     "Hunk",
     "Matrix",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.errors import ConfigError
+from difflab.matrix.families import load_families
 from difflab.matrix.model import (
     CommitPin,
     Fix,
@@ -45,6 +46,7 @@ _FIX_KEYS = {
     "mutations",
     "hunks",
     "throughput",
+    "family",
 }
 _HUNK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 _BACKEND = re.compile(r"[a-z][a-z0-9]*")
@@ -390,6 +392,7 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         mutations=mutations,
         hunks=tuple(hunk_list),
         throughput=_throughput(w, f"{where}.throughput", table.get("throughput")),
+        family=_str(w, f"{where}.family", table.get("family"), required=False),
     )
 
 
@@ -436,7 +439,7 @@ def load_matrix(path: Path | str) -> Matrix:
     if schema not in SCHEMAS or isinstance(schema, bool):
         raise w.fail("schema", f"expected schema = {SCHEMA} (or 1 for an older matrix), got {schema!r}")
     w.schema = schema
-    unknown = set(raw) - {"schema", "releases", "fixes", "gpu"}  # gpu: difflab.matrix.gpu
+    unknown = set(raw) - {"schema", "releases", "fixes", "gpu", "families"}  # gpu: difflab.matrix.gpu
     if unknown:
         raise w.fail("top level", f"unknown field(s) {sorted(unknown)}")
     releases = {v: _release(w, v, r) for v, r in _table(w, "releases", raw.get("releases", {})).items()}
@@ -448,4 +451,5 @@ def load_matrix(path: Path | str) -> Matrix:
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise w.fail("fixes", f"duplicate fix id(s) {dupes}")
-    return Matrix(path=path, sha256=hashlib.sha256(data).hexdigest(), releases=releases, fixes=fixes)
+    families = load_families(path, raw.get("families", {}), fixes)
+    return Matrix(path=path, sha256=hashlib.sha256(data).hexdigest(), releases=releases, fixes=fixes, families=families)

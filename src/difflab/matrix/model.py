@@ -124,6 +124,8 @@ class Fix:
     hunks: tuple[Hunk, ...] = ()
     throughput: str | None = None
     """The throughput probe (``probes/throughput/<name>.py``) timing the fix's hot path, if any."""
+    family: str | None = None
+    """The family of bugs this fix belongs to (a ``[families.<name>]`` table), judged together per build."""
 
     @property
     def label(self) -> str:
@@ -134,6 +136,16 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Family:
+    """Fixes an operator asks about together: "is my build safe from this family of bugs?", not "does it carry #N?"."""
+
+    name: str
+    title: str
+    members: tuple[str, ...]
+    """Fix ids, in matrix order."""
+
+
+@dataclass(frozen=True)
 class Matrix:
     """A whole matrix file."""
 
@@ -141,6 +153,7 @@ class Matrix:
     sha256: str
     releases: dict[str, ReleasePin]
     fixes: tuple[Fix, ...]
+    families: dict[str, Family] = field(default_factory=dict)
 
     def select(self, wanted: list[str] | None) -> list[Fix]:
         """Fixes named by id (``43719a``) or PR number (``43719`` = every part)."""

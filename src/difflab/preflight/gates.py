@@ -163,8 +163,9 @@ def gate_transfer_batch(facts: dict[str, EngineFacts]) -> GateResult:
             "transfer-batch",
             title,
             "unknown",
-            f"{names.TRANSFER_BATCH_ENV} not set on prefill ({where}); its default in this build is "
-            "not confirmed: set it explicitly to a positive byte count",
+            f"{names.TRANSFER_BATCH_ENV} not set on prefill ({where}); the releases default it to 0 "
+            "(one unbounded batch; `difflab preflight --build` reads this build's): "
+            "set it explicitly to a positive index count",
             evidence,
         )
     evidence.append(Evidence("prefill", names.TRANSFER_BATCH_ENV, fact.value, fact.source))
@@ -175,7 +176,7 @@ def gate_transfer_batch(facts: dict[str, EngineFacts]) -> GateResult:
             "transfer-batch",
             title,
             "fail",
-            f"{names.TRANSFER_BATCH_ENV}={fact.value!r} is not an integer byte count",
+            f"{names.TRANSFER_BATCH_ENV}={fact.value!r} is not an integer index count",
             evidence,
         )
     if limit <= 0:
@@ -187,7 +188,7 @@ def gate_transfer_batch(facts: dict[str, EngineFacts]) -> GateResult:
             "disabled, one request can submit an unbounded synchronous batch",
             evidence,
         )
-    return GateResult("transfer-batch", title, "pass", f"batches bounded to {limit} bytes", evidence)
+    return GateResult("transfer-batch", title, "pass", f"batches bounded to {limit} KV indices", evidence)
 
 
 # -- gate 4 ---------------------------------------------------------------------------------------

@@ -95,10 +95,18 @@ def render_summary(
             ]
             headers = ("field", "kind", "base", "head", "declared base → head", "")
             lines += [f"### {code(p.probe)}: {cell(p.verdict)}", "", cell(p.reason), ""]
-            lines += [f"- {line}" for line in forced_lines(p)]
-            lines += ["", *table(headers, fields)] if forced_lines(p) else table(headers, fields)
+            notes = [f"- {line}" for line in [*forced_lines(p), *undeclared_lines(p)]]
+            lines += [*notes, ""] if notes else []
+            lines += table(headers, fields)
     lines += list(appendix)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def undeclared_lines(probe: ProbeDiff) -> list[str]:
+    """Fields the probe returned that no expect or control names: evidence nobody judges (a missing declaration?)."""
+    if not probe.undeclared:
+        return []
+    return [f"observed, declared in no expect or control: {', '.join(code(f) for f in probe.undeclared)}"]
 
 
 def forced_lines(probe: ProbeDiff) -> list[str]:

@@ -18,9 +18,11 @@ from difflab.backport.evidence import DEFAULT_SCAN_LIMIT, disagreements, gather
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
 from difflab.observation import Observation
+from difflab.preflight.defaults import read_defaults
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
 from difflab.report.backport import write_files
+from difflab.report.family import write_family
 from difflab.report.upstream_tests import section
 from difflab.report.upstream_tests import write_files as write_upstream_files
 from difflab.source import releases, repository
@@ -148,6 +150,11 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
         appendix: list[str] = []
         if folder is not None:
             appendix = replay_upstream_tests(session, work, fork.tree, verdicts, env, folder)
+        build = f"fork {fork.tree.identity['commit'][:12]}"  # the family's answer and the build's switch defaults
+        family = write_family(
+            work, session.matrix, {build: {v.id: v.verdict for v in verdicts}}, {build: read_defaults(fork.tree.root)}
+        )
+        appendix = [*family, *appendix]
         exit_code = 0 if all(v.passed for v in verdicts) else 1
         write_files(work, fork.document(), verdicts, appendix)
         session.record.details = {

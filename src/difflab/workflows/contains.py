@@ -28,9 +28,11 @@ from difflab.matrix import Fix, Matrix
 from difflab.matrix.model import ReleasePin
 from difflab.observation import Observation
 from difflab.paths import default_release_lock, default_results
+from difflab.preflight.defaults import read_defaults
 from difflab.progress import Reporter
 from difflab.provenance import probes_record
 from difflab.report.containment import write_files
+from difflab.report.family import write_family
 from difflab.report.grid import write_html
 from difflab.report.record import folder_stamp, matrix_reference, stamp, utc_now
 from difflab.report.upstream_tests import section
@@ -195,6 +197,13 @@ def _write(
         shutil.copyfile(lock.path, work / LOCK_COPY)
 
 
+def _family(session: Session, work: Path, table: ContainmentTable, sources: dict[str, MaterialisedSource]) -> list[str]:
+    """The family's answer per release, beside the build's switch defaults (read from each tree)."""
+    per_release = {v: {x.fix: x.verdict for x in table.cells if x.release == v} for v in sources}
+    defaults = {v: read_defaults(s.root) for v, s in sources.items()}
+    return write_family(work, session.matrix, per_release, defaults)
+
+
 def execute(
     req: ContainsRequest,
     reporter: Reporter | None = None,
@@ -227,6 +236,7 @@ def execute(
         if folder is not None:
             env = plans.make_env(plans.plans[0].pins) if plans.plans else SharedEnvironment()
             appendix = replay_upstream_tests(session, work, pins, sources, table, env, folder)
+        appendix = [*_family(session, work, table, sources), *appendix]
         _write(session, work, table, ran, lock, appendix)
         session.record.details = _details(table, ran, sources, lock)
         session.finish(work, table.exit_code, environment=ran.environment())

@@ -194,6 +194,10 @@ def _details(run: _Run) -> dict[str, Any]:
         "sources": {s.label: s.identity for s in run.sources.values() if isinstance(s, MaterialisedSource)},
         "environment_digest": run.env.digest,
         "probes": probes_record(),
+        # fields a probe returned that the matrix declares nowhere: observed, never judged
+        "undeclared_fields": {
+            f"{v.id}/{p.probe}": p.undeclared for v in run.verdicts for p in v.probes if p.undeclared
+        },
     }
 
 

@@ -1,0 +1,122 @@
+"""Families: declared in the matrix, judged per build, written beside the per-fix table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from difflab.diff.family import SAFE, judge_families
+from difflab.errors import ConfigError
+from difflab.matrix import load_matrix
+from difflab.report.family import answer_lines, write_family
+from matrix_samples import FIX, RELEASES
+
+FAMILY = '\n[families.kv-safety]\ntitle = "KV safety"\n'
+
+
+def _second(fix_id: str, family: str | None = "kv-safety") -> str:
+    """Another fix shaped like the sample, in ``family``."""
+    text = FIX.replace('id = "38935"', f'id = "{fix_id}"').replace('title = "t"', f'title = "t {fix_id}"')
+    return text.replace('title = "t', f'family = "{family}"\ntitle = "t', 1) if family else text
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    return path
+
+
+def matrix_of(tmp_path: Path, *fixes: str, families: str = FAMILY):
+    return load_matrix(write(tmp_path, RELEASES + families + "".join(fixes)))
+
+
+def test_members_are_the_fixes_that_name_the_family_in_matrix_order(tmp_path: Path) -> None:
+    m = matrix_of(tmp_path, _second("a"), _second("b", None), _second("c"))
+    (family,) = m.families.values()
+    assert (family.name, family.title, family.members) == ("kv-safety", "KV safety", ("a", "c"))
+    assert m.fix("b").family is None and m.fix("a").family == "kv-safety"
+
+
+def test_the_default_matrix_declares_its_family() -> None:
+    from difflab.paths import default_matrix
+
+    m = load_matrix(default_matrix())
+    assert "kv-safety" in m.families
+    assert set(m.families["kv-safety"].members) <= {f.id for f in m.fixes}
+
+
+@pytest.mark.parametrize(
+    ("families", "fixes", "message"),
+    [
+        (FAMILY, [_second("a", "kv-safty")], r"fix 'a'\.family: 'kv-safty' is not a declared \[families\] table"),
+        (FAMILY + '[families.other]\ntitle = "x"\n', [_second("a")], r"families\.other: no fix names it"),
+        ('\n[families.KV]\ntitle = "x"\n', [_second("a", "KV")], r"families\.KV: 'KV': use lowercase"),
+        ('\n[families.kv-safety]\ntitle = "x"\nmembers = []\n', [_second("a")], r"unknown field\(s\) \['members'\]"),
+        ("\n[families.kv-safety]\n", [_second("a")], r"families\.kv-safety\.title: expected a non-empty string"),
+        ("", [_second("a")], r"known: none declared"),
+    ],
+)
+def test_a_bad_family_is_refused_naming_file_and_field(tmp_path: Path, families, fixes, message) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        matrix_of(tmp_path, *fixes, families=families)
+    assert str(tmp_path / "m.toml") in str(info.value)
+
+
+def test_families_that_are_not_a_table_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"m\.toml: families: expected a table"):
+        load_matrix(write(tmp_path, "families = 3\n" + RELEASES + _second("a", None)))
+
+
+def test_safe_only_when_every_member_is_present(tmp_path: Path) -> None:
+    m = matrix_of(tmp_path, _second("a"), _second("b"), _second("c"))
+    builds = {
+        "0.5.22": {"a": "present", "b": "present", "c": "present"},
+        "0.5.21": {"a": "present", "b": "absent", "c": "partial"},
+        "0.5.20": {"a": "error", "b": "not-applicable"},
+    }
+    (report,) = judge_families(m.families.values(), m.fixes, builds)
+    lines = {b.build: b.line() for b in report.builds}
+    assert lines["0.5.22"] == f"{SAFE} (3: #38935, #38935, #38935)"
+    assert lines["0.5.21"] == "NOT safe: missing: #38935, #38935 (partial)"
+    assert lines["0.5.20"] == "NOT safe: unknown: #38935, #38935 (not checked); n/a: #38935 (not-applicable)"
+    assert [b.safe for b in report.builds] == [True, False, False]
+    assert [m.standing for m in report.builds[2].members] == ["unknown", "n/a", "unknown"]
+
+
+def test_a_family_none_of_whose_members_ran_is_not_reported(tmp_path: Path) -> None:
+    m = matrix_of(tmp_path, _second("a"), _second("b", None))
+    assert judge_families(m.families.values(), m.fixes, {"0.5.22": {"b": "present"}}) == []
+
+
+class _Default:
+    def describe(self) -> str:
+        return "PD KV checksum (#39500): off"
+
+    def to_dict(self) -> dict:
+        return {"key": "kv-checksum", "protects": False}
+
+
+def test_family_json_and_the_summary_lines(tmp_path: Path) -> None:
+    m = matrix_of(tmp_path, _second("a"), _second("b"))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = write_family(folder, m, {"fork abc": {"a": "present", "b": "absent"}}, {"fork abc": [_Default()]})
+    doc = json.loads((folder / "family.json").read_text())
+    (family,) = doc["families"]
+    assert family["family"] == "kv-safety" and family["members"] == ["a", "b"]
+    (build,) = family["builds"]
+    assert (build["build"], build["safe"], build["line"]) == ("fork abc", False, "NOT safe: missing: #38935")
+    assert doc["defaults"] == {"fork abc": [{"key": "kv-checksum", "protects": False}]}
+    text = "\n".join(lines)
+    assert "## Family `kv-safety`: KV safety" in text
+    assert "| fork abc | ❌ NOT safe: missing: #38935 |" in text
+    assert "- PD KV checksum (#39500): off" in text
+    assert answer_lines(folder) == ["family kv-safety @ fork abc: NOT safe: missing: #38935"]  # what the CLI prints
+
+
+def test_nothing_is_written_without_a_family_or_defaults(tmp_path: Path) -> None:
+    m = load_matrix(write(tmp_path, RELEASES + FIX))
+    assert write_family(tmp_path, m, {"0.5.21": {"38935": "present"}}) == []
+    assert not (tmp_path / "family.json").exists() and answer_lines(tmp_path) == []
