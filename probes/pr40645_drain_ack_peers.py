@@ -25,7 +25,8 @@ decode peer of the room, ``clear()`` keeps the target until the write drains,
 and that ABORT registers one. (0.5.22 keeps one target per decode endpoint
 instead of the fan-out: the same observable result.)
 
-Controls (equal on both sides): one decode peer aborting during a write gets
+Controls (equal on both sides): no drain ack leaves while the write is in
+flight, in any scenario (``acks_while_writing``); one decode peer aborting during a write gets
 one ack (``one_peer``); in ``two_peers`` the last ABORT's sender gets its ack
 on every release; an ABORT for a room that is no longer known and not being
 written is acked at once (``idle_after_clear``).
@@ -57,16 +58,23 @@ MACHINERY = Machinery(
 )
 
 
-def _during_first_write(rank: PrefillRank, *steps: Callable[[], None]) -> None:
-    """While the room's first KV write is in flight, run ``steps``; every write then succeeds."""
+def _during_first_write(rank: PrefillRank, *steps: Callable[[], None]) -> dict[str, int]:
+    """While the room's first KV write is in flight, run ``steps``; every write then succeeds.
+
+    Returns (filled in once the write ran) ``acks_while_writing``: drain acks sent
+    before the write settled -- an ack then would tell decode to reuse pages still being written.
+    """
     pending = list(steps)
+    seen: dict[str, int] = {}
 
     def write() -> int:
         while pending:
             pending.pop(0)()
+            seen["acks_while_writing"] = rank.wire.count_distinct(b"ABORT_ACK")
         return 0
 
     rank.send_result = write
+    return seen
 
 
 def _abort(rank: PrefillRank, port: int) -> Callable[[], None]:
@@ -84,9 +92,9 @@ def one_peer(kit: Kit) -> dict[str, Any]:
     """Control: one decode peer aborts during the write -> acked once the write settles."""
     rank = build_prefill_rank(kit, room=40601)
     _, port = first_peer()
-    _during_first_write(rank, _abort(rank, port))
+    seen = _during_first_write(rank, _abort(rank, port))
     _write_room(rank)
-    return {"first_peer_acks": acks_to(rank, port)}
+    return {**seen, "first_peer_acks": acks_to(rank, port)}
 
 
 def two_peers(kit: Kit) -> dict[str, Any]:
@@ -95,27 +103,27 @@ def two_peers(kit: Kit) -> dict[str, Any]:
     _, port = first_peer()
     session, second = SECOND_PEER
     add_decode_peer(rank, session, second)
-    _during_first_write(rank, _abort(rank, port), _abort(rank, second))
+    seen = _during_first_write(rank, _abort(rank, port), _abort(rank, second))
     _write_room(rank)
-    return {"first_peer_acks": acks_to(rank, port), "last_peer_acks": acks_to(rank, second)}
+    return {**seen, "first_peer_acks": acks_to(rank, port), "last_peer_acks": acks_to(rank, second)}
 
 
 def cleared_in_flight(kit: Kit) -> dict[str, Any]:
     """ABORT, then the sender's clear(), both while the write is in flight: acked when it settles?"""
     rank = build_prefill_rank(kit, room=40603)
     _, port = first_peer()
-    _during_first_write(rank, _abort(rank, port), rank.clear_sender)
+    seen = _during_first_write(rank, _abort(rank, port), rank.clear_sender)
     _write_room(rank)
-    return {"first_peer_acks": acks_to(rank, port)}
+    return {**seen, "first_peer_acks": acks_to(rank, port)}
 
 
 def abort_after_clear(kit: Kit) -> dict[str, Any]:
     """The sender's clear(), then the ABORT, while the write is in flight: acked when it settles?"""
     rank = build_prefill_rank(kit, room=40604)
     _, port = first_peer()
-    _during_first_write(rank, rank.clear_sender, _abort(rank, port))
+    seen = _during_first_write(rank, rank.clear_sender, _abort(rank, port))
     _write_room(rank)
-    return {"first_peer_acks": acks_to(rank, port)}
+    return {**seen, "first_peer_acks": acks_to(rank, port)}
 
 
 def idle_after_clear(kit: Kit) -> dict[str, Any]:
