@@ -22,8 +22,8 @@ ranks is released at once and notifies nobody (``unnotifiable``); the client's
 abort reaches both prefill ranks on both sides (``client_abort.abort_messages``);
 the same failure on the same build's Mooncake back end is held on both sides
 (``mooncake_failed.held``: the build's switch is on, so the diff is Mori's
-capability). Fields read ``mori:<field>``; a build without Mori is
-``not-applicable``.
+capability). Fields read ``mori:<field>``; a build without Mori, or whose
+deferred-release switch is off (the default up to 0.5.20), is ``not-applicable``.
 """
 
 from __future__ import annotations
@@ -47,11 +47,20 @@ MACHINERY = Machinery(
 
 
 def mori_gap() -> str | None:
-    """Why this build has no Mori back end to drive, or None."""
+    """Why this build cannot answer "does Mori defer by itself", or None.
+
+    A build without Mori; or one whose deferred-release switch is off by default
+    (0.5.19/0.5.20): there no back end defers unless the operator turns it on,
+    so an immediate release on Mori says nothing about Mori (the
+    ``mooncake_failed`` control would read the same).
+    """
+    from sglang.srt.environ import envs
     from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
 
     if BACKEND not in DISAGG_TRANSFER_BACKEND_CHOICES:
         return f"this build ships no {BACKEND} transfer back end"
+    if not envs.SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE.get():
+        return "deferred decode KV release is off in this build (SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE)"
     return None
 
 
