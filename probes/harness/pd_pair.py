@@ -355,6 +355,7 @@ class Pair:
     acks_in_flight: list[int] = field(default_factory=list)
     failed_rooms: set[int] = field(default_factory=set)
     acks_failed_send: bool | None = None  # this build's Mooncake answer (pd_search), None: never asked
+    deferred_by_default: bool | None = None  # the back end's manager's own default in this build
     release_timeout_s: float = 30.0
     clock: float = 0.0
     waiting_timeout_s: float = 300.0
@@ -395,6 +396,18 @@ class Pair:
         if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
             self.receivers[room].state = "Failed"
         self.maybe_ack(room)
+
+    def prefill_fault(self, room: int) -> None:
+        """The prefill rank concludes the room Failed (a prefill fault); what it already posted stays on the wire.
+
+        Unlike :meth:`fail_send`, nothing says the posted write failed: the prefill rank acks
+        an ABORT of the room only once that write has landed (:meth:`maybe_ack`).
+        """
+        self.decisions.append(f"room {room}: prefill rank concluded the room Failed; its posted writes stay in flight")
+        if room in self.senders:
+            self.senders[room].state = "Failed"
+        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
+            self.receivers[room].state = "Failed"
 
     def deliver_acks(self) -> None:
         for room in self.acks_in_flight:
@@ -529,14 +542,30 @@ def _backend(name: str) -> Any:
     return TransferBackend(name)
 
 
-_MANAGERS = {
-    "mooncake": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
-    "nixl": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
-    "mori": ("sglang.srt.disaggregation.mori.conn", "MoriKVManager"),
-}
-
-
 _DEFERRED: dict[tuple[int, str], bool] = {}
+
+
+def missing_backend(backend: str) -> str | None:
+    """Why the pair cannot play ``backend`` in this build (it ships no such back end), or None.
+
+    The back end's classes are looked up as a server looks them up (``get_kv_class``,
+    :func:`harness.decode_kv.transport_classes`; its RDMA library stubbed).
+    """
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    from harness.decode_kv import transport_classes
+
+    if backend not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return (
+            f"this build ships no {backend} transfer back end (choices: {', '.join(DISAGG_TRANSFER_BACKEND_CHOICES)})"
+        )
+    try:
+        transport_classes(backend)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(f"sglang.srt.disaggregation.{backend}"):
+            return f"this build has no module {exc.name}"
+        raise
+    return None
 
 
 def _deferred_default(kit: Kit, backend: str) -> bool:
@@ -547,13 +576,20 @@ def _deferred_default(kit: Kit, backend: str) -> bool:
 
 
 def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
-    """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code."""
-    import importlib
+    """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code.
 
+    A back end without the deferred-release machinery in this build (:func:`harness.decode_kv.deferral_gap`:
+    Mori up to 0.5.21) cannot defer: False, and the reason is the ``deferral`` event.
+    """
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
-    module, name = _MANAGERS[backend]
-    cls = getattr(importlib.import_module(module), name)
+    from harness.decode_kv import deferral_gap, transport_classes
+
+    gap = deferral_gap(backend)
+    if gap is not None:
+        kit.event("deferral", backend=backend, defers=False, reason=gap)
+        return False
+    cls, _ = transport_classes(backend)
     manager = real_object(kit, cls, f"{backend} decode kv_manager", disaggregation_mode=DisaggregationMode.DECODE)
     return bool(manager.enable_deferred_decode_kv_release)
 
@@ -585,6 +621,7 @@ def build_pair(
         kit.forced_flag(f"{backend} decode kv_manager.enable_deferred_decode_kv_release", True, default, "", [])
     manager = LoopbackManager(True if force_deferred else default)
     pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
+    pair.deferred_by_default = default
     pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
     return pair
 

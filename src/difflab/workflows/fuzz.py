@@ -70,6 +70,7 @@ class FuzzOutcome:
     leaks: list[dict[str, Any]]
     runs: int
     seconds: float
+    cpu_seconds: float = 0.0
 
 
 def default_out() -> Path:
@@ -180,6 +181,7 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
         leaks = _leaks(events)
         runs = sum(int(e["runs"]) for e in events)
         seconds = sum(float(e["seconds"]) for e in events)
+        cpu_seconds = sum(float(e.get("cpu_seconds", e["seconds"])) for e in events)
         document = {
             "schema": SCHEMA,
             "source": label,
@@ -200,7 +202,11 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
             ],
             "runs": runs,
             "seconds": round(seconds, 3),
-            "schedules_per_second_per_core": round(runs / seconds, 1) if seconds else None,
+            "cpu_seconds": round(cpu_seconds, 3),
+            # per core: schedules per CPU second of the searching processes (wall time on a shared
+            # machine also counts the time other processes held the core)
+            "schedules_per_second_per_core": round(runs / cpu_seconds, 1) if cpu_seconds else None,
+            "schedules_per_wall_second": round(runs / seconds, 1) if seconds else None,
             "acks_failed_send": events[0].get("acks_failed_send"),
             "assumptions": events[0].get("assumptions", []),
             "leaks": leaks,
@@ -209,4 +215,4 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
         exit_code = 1 if leaks else 0
         record.details |= {"source": label, "runner": runner.name, "cpus": os.cpu_count()}
         record.write(work, exit_code, environment=env.document())
-    return FuzzOutcome(out, exit_code, leaks, runs, seconds)
+    return FuzzOutcome(out, exit_code, leaks, runs, seconds, cpu_seconds)
