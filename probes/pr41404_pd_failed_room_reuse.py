@@ -47,7 +47,7 @@ from difflab.probe.kit import Kit
 from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import Pair, build_pair, wired
+from harness.pd_pair import Pair, build_pair, memory_event, wired
 from harness.pd_sides import decode_side, prefill_side
 
 PREFILL_LIMIT = 26
@@ -124,6 +124,7 @@ def _reuse(kit: Kit, backend: str, *, lands: bool, client_abort: bool = False) -
 
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
+    memory_event(kit)
     kit.allow_log(re.escape("Decode transfer failed for request"))  # pop_transferred logs each failure
     kit.event("ordering", steps=list(ORDERING))
     fields: dict[str, Any] = {}

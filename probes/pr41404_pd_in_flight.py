@@ -44,7 +44,7 @@ from difflab.probe.kit import Kit
 from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import Pair, build_pair, missing_backend, wired
+from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, wired
 from harness.pd_search import _failed_send_acks
 from harness.pd_sides import decode_side, prefill_side
 
@@ -128,6 +128,7 @@ def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bo
 
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
+    memory_event(kit)
     kit.allow_log(re.escape("Decode transfer failed for request"))
     kit.allow_log(r"^Session decode-session-0 failed\.$")
     kit.event("ordering", steps=list(ORDERING))

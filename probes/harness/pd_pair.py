@@ -55,6 +55,15 @@ BOOTSTRAP_PORT = 8998
 
 FIRST_ROOM = 8192
 
+NEED_SORT = False
+"""The pair's allocators hand freed pages back first (``need_sort=False``: freed pages go to the
+front of the free list). A PD server builds its allocator with ``need_sort=True``
+(``mem_cache/kv_cache_configurator.py``, ``need_sort=get_disagg().disaggregation_mode in
+("decode", "prefill")``): freed pages wait in ``release_pages`` and come back, sorted, only once
+the free list runs out. With the server's order the pair's two-request race scenarios give the
+victim fresh pages (no reuse, no leak); the same race needs pool pressure there. This is the
+lab's choice, not the build's, and every pair probe names it (:func:`memory_event`)."""
+
 
 class _Strict:
     """Loopback endpoints answer only what they define: a read of anything else is a probe error."""
@@ -316,9 +325,23 @@ def _rank() -> Rank:
         enable_memory_saver=False,
     )
     r2t = ReqToTokenPool(size=REQ_ROWS, max_context_len=CONTEXT, device="cpu", enable_memory_saver=False)
-    allocator = PagedTokenToKVPoolAllocator(POOL_TOKENS, PAGE, torch.float32, "cpu", kv, need_sort=False)
+    allocator = PagedTokenToKVPoolAllocator(POOL_TOKENS, PAGE, torch.float32, "cpu", kv, need_sort=NEED_SORT)
     cache = _disabled_tree_cache(r2t, allocator)
     return Rank(kv, r2t, allocator, cache, _metadata_buffers(METADATA_SLOTS), ReqToMetadataIdxAllocator(METADATA_SLOTS))
+
+
+def memory_event(kit: Kit) -> None:
+    """Name the pair's memory sizes and the allocator order the lab chose (see :data:`NEED_SORT`)."""
+    kit.event(
+        "memory",
+        page_size=PAGE,
+        pages_per_rank=POOL_TOKENS // PAGE,
+        request_rows=REQ_ROWS,
+        need_sort=NEED_SORT,
+        server_need_sort=True,
+        chosen_by="lab: freed pages are handed out again first (a PD server sorts them back in once the free list"
+        " runs out)",
+    )
 
 
 @dataclass
