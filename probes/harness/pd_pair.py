@@ -189,8 +189,13 @@ class LoopbackReceiver(_Strict):
         self.ensure_abort_notified()
 
     def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
-        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained."""
-        if force_arm:
+        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained.
+
+        The drain-ack tracker is armed before the ABORT as the build's own receiver arms it
+        (:func:`_receiver_arms`): with ``force_arm``, or once the destination was published.
+        """
+        arms = force_arm or (_receiver_arms() and self.init_time is not None)
+        if arms and self.kv_mgr.enable_deferred_decode_kv_release and not self.abort_notified:
             self.kv_mgr.register_deferred_abort_room(self.room)
         if self.abort_notified:
             return
@@ -199,6 +204,22 @@ class LoopbackReceiver(_Strict):
 
     def is_abort_release_safe(self) -> bool:
         return self.kv_mgr.is_abort_release_safe(self.room, len(self.bootstrap_infos))
+
+
+# ---------------------------------------------------------------------------
+# Version adaptation: who arms the drain-ack tracker of a decode abort.
+#   the scheduler, after receiver.abort() returned (Scheduler.abort_request)        (<= 0.5.20)
+#   the receiver, before the ABORT goes out: CommonKVReceiver._send_abort_notification(force_arm=...)
+#   arms when force_arm or init_time is set (common/conn.py, 0.5.21+)
+# ---------------------------------------------------------------------------
+@functools.cache
+def _receiver_arms() -> bool:
+    import inspect
+
+    from sglang.srt.disaggregation.common.conn import CommonKVReceiver
+
+    send = getattr(CommonKVReceiver, "_send_abort_notification", None)
+    return send is not None and "force_arm" in inspect.signature(send).parameters
 
 
 class LoopbackManager(_Strict):
