@@ -473,6 +473,123 @@ def profile_warm(jobs: list[ProbeJob], env: SharedEnvironment, cache: Path) -> d
     }
 
 
+PAIR_PROBES = ("pr36988_pd_incident", "pr41404_pd_in_flight", "pr41404_pd_failed_room_reuse")
+"""The CPU prefill/decode pair's scenarios (docs/leak.md): at most 1 s per release on the warm default matrix."""
+PAIR_BUDGET_S = 1.0
+FUZZ_BUDGET = 50.0
+"""`difflab fuzz`: schedules per second per core on the warm back end, at least."""
+
+
+def release_jobs(matrix_path: Path, release: str, backend: ReleaseSource, logs: Path) -> list[ProbeJob]:
+    """What `contains` runs on one release: every probe of every fix, on that release."""
+    from difflab.paths import probes_dir
+
+    matrix = load_matrix(matrix_path)
+    source = backend.release(release)
+    names = list(dict.fromkeys(spec.name for fix in matrix.fixes for spec in fix.probes))
+    return [
+        ProbeJob("contains", name, release, source, probes_dir() / f"{name}.py", logs / release / f"{name}.log")
+        for name in names
+        if (probes_dir() / f"{name}.py").is_file()
+    ]
+
+
+def pair_cost(matrix_path: Path, env: SharedEnvironment, cache: Path, logs: Path, reps: int = 3) -> dict[str, Any]:
+    """Per release: the warm default matrix with and without the pair probes, turn about, side by side.
+
+    ``added_s`` is the median difference of the two warm runs' walls (what the pair adds to the
+    matrix); ``observe_s`` the pair probes' own ``observe`` time in the full run.
+    """
+    matrix = load_matrix(matrix_path)
+    backend = ReleaseSource(matrix.releases, cache=cache)
+    out: dict[str, Any] = {"budget_s": PAIR_BUDGET_S, "reps": reps, "releases": {}}
+    for release in sorted(matrix.releases):
+        full = release_jobs(matrix_path, release, backend, logs)
+        without = [j for j in full if j.probe not in PAIR_PROBES]
+        walls: dict[str, list[float]] = {"with": [], "without": []}
+        observe: list[float] = []
+        with WarmRunner(environment=env, cache=cache) as runner:
+            runner.run(full)  # warm the hub for this release: imports and bytecode are not the pair's cost
+            for _ in range(reps):
+                for key, jobs in (("with", full), ("without", without)):
+                    t = time.perf_counter()
+                    observed = runner.run(jobs)
+                    walls[key].append(time.perf_counter() - t)
+                    if key == "with":
+                        observe.append(sum(o.duration_s for o in observed if o.probe in PAIR_PROBES))
+        added = statistics.median(w - wo for w, wo in zip(walls["with"], walls["without"], strict=True))
+        out["releases"][release] = {
+            "with_s": statistics.median(walls["with"]),
+            "without_s": statistics.median(walls["without"]),
+            "added_s": added,
+            "observe_s": statistics.median(observe),
+            "probes": len(full),
+        }
+    out["load"] = os.getloadavg()
+    return out
+
+
+def fuzz_rate(matrix_path: Path, releases: list[str], schedules: int, out: Path) -> dict[str, Any]:
+    """`difflab fuzz` on the warm back end, per release: schedules per CPU second (per core) and per wall second."""
+    from difflab.progress import Reporter
+    from difflab.workflows.fuzz import FuzzRequest, execute
+
+    rows: dict[str, Any] = {}
+    for release in releases:
+        req = FuzzRequest(release=release, schedules=schedules, seed=1, out=out / f"fuzz-{release}", matrix=matrix_path)
+        req.argv = []
+        outcome = execute(req, Reporter())
+        doc = json.loads((outcome.out_dir / "fuzz.json").read_text())
+        rows[release] = {
+            "runs": doc["runs"],
+            "per_core": doc["schedules_per_second_per_core"],
+            "per_wall_s": doc.get("schedules_per_wall_second"),
+            "leaks": len(doc["leaks"]),
+        }
+    return {"budget": FUZZ_BUDGET, "schedules": schedules, "releases": rows, "load": os.getloadavg()}
+
+
+def render_pair(pair: dict[str, Any] | None, fuzz: dict[str, Any] | None) -> list[str]:
+    """The pair's cost per release beside its budget, and the search's rate beside its budget."""
+    lines: list[str] = []
+    if pair:
+        rows = [
+            (
+                r,
+                f"{v['without_s']:.2f}",
+                f"{v['with_s']:.2f}",
+                f"{v['added_s']:+.2f}",
+                f"{v['observe_s']:.2f}",
+                "within" if v["added_s"] <= pair["budget_s"] else "OVER",
+            )
+            for r, v in pair["releases"].items()
+        ]
+        head = ("release", "matrix without pair s", "with pair s", "added s", "pair observe s", "1 s budget")
+        lines += ["", *table(head, rows, ("---", "---:", "---:", "---:", "---:", "---"))]
+    if fuzz:
+        rows = [
+            (
+                r,
+                str(v["runs"]),
+                f"{v['per_core']:.0f}",
+                f"{v['per_wall_s']:.0f}" if v.get("per_wall_s") else "",
+                str(v["leaks"]),
+                "within" if v["per_core"] >= fuzz["budget"] else "UNDER",
+            )
+            for r, v in fuzz["releases"].items()
+        ]
+        head = (
+            "fuzz release",
+            "schedules run",
+            "per core /s",
+            "per wall s /s",
+            "leaks",
+            f"{fuzz['budget']:.0f}/s budget",
+        )
+        lines += ["", *table(head, rows, ("---", "---:", "---:", "---:", "---:", "---"))]
+    return lines
+
+
 def source_check(releases: list[str], matrix: Any, cache: Path, reps: int = 5) -> dict[str, float]:
     """What checking the cached release trees before use costs per run, next to re-hashing them all.
 
@@ -571,6 +688,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results["marginal"] = marginal(lab_jobs, lab_env, lab, scratch / "logs-lab")
         results["unpack_s"] = unpack_time(list(wheel_of.values()), scratch)
         results["source_check"] = source_check(releases, matrix, cache)
+        if not args.skip_pair:
+            say("the CPU pair: its cost per release on the warm matrix, and the schedule search's rate")
+            results["pair"] = pair_cost(args.matrix, lab_env, lab, scratch / "logs-pair")
+            results["fuzz"] = fuzz_rate(args.matrix, FUZZ_RELEASES, FUZZ_SCHEDULES, scratch)
         if args.env_build:
             say("one-off: building a shared environment from the wheelhouse")
             results["env_build_s"] = env_build_time(env, cache, scratch)
@@ -584,6 +705,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.keep:
             say(f"kept {scratch}")
         else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+FUZZ_RELEASES = ["0.5.19", "0.5.21"]  # one that leaks (shrinking included), one that does not
+FUZZ_SCHEDULES = 100
+
+
+def measure_pair(args: argparse.Namespace) -> dict[str, Any]:
+    """``--pair-only``: the pair's cost per release and the search's rate, from the real caches."""
+    cache = args.cache.resolve()
+    env = SharedEnvironment(cache=cache).ensure()
+    scratch = Path(tempfile.mkdtemp(prefix="difflab-bench-pair-"))
+    try:
+        results: dict[str, Any] = {"cores": os.cpu_count(), "load_before": os.getloadavg()}
+        results["pair"] = pair_cost(args.matrix, env, cache, scratch / "logs")
+        results["fuzz"] = fuzz_rate(args.matrix, FUZZ_RELEASES, FUZZ_SCHEDULES, scratch)
+        return results
+    finally:
+        if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -628,6 +768,7 @@ def render(results: dict[str, Any]) -> str:
     lines += render_warm(results)
     if "contains" in results:
         lines += ["", *render_contains(results["contains"])]
+    lines += render_pair(results.get("pair"), results.get("fuzz"))
     return "\n".join(lines) + "\n"
 
 
@@ -673,6 +814,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the lab's one-process-per-probe back end (--backend subprocess --no-cache)",
     )
     parser.add_argument("--skip-contains", action="store_true", help="skip the release watch (contains --all)")
+    parser.add_argument("--skip-pair", action="store_true", help="skip the CPU pair's cost and the fuzz rate")
+    parser.add_argument(
+        "--pair-only",
+        action="store_true",
+        help="only the CPU pair's cost per release and `difflab fuzz`'s rate (no other phase)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (venvs, runs)")
     parser.add_argument("--warm-runs", type=int, default=5, metavar="N", help="(c) N times; its wall is the median")
     parser.add_argument(
@@ -689,13 +836,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_runs < 1:
         parser.error(f"--warm-runs must be at least 1, got {args.warm_runs}")
     if args.render:
-        print(render(json.loads(args.render.read_text())), end="")
+        document = json.loads(args.render.read_text())
+        text = (
+            render(document)
+            if "phases" in document
+            else "\n".join(render_pair(document.get("pair"), document.get("fuzz")))
+        )
+        print(text.strip("\n") + "\n", end="")
         return 0
     args.cache = args.cache or cache_root()
-    results = measure(args)
+    results = measure_pair(args) if args.pair_only else measure(args)
     args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     say(f"numbers in {args.json}")
-    print(render(results), end="")
+    print(
+        render(results) if "phases" in results else "\n".join(render_pair(results["pair"], results["fuzz"])) + "\n",
+        end="",
+    )
     return 0
 
 

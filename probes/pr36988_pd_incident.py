@@ -50,7 +50,7 @@ from typing import Any
 from difflab.probe.kit import Kit
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import PAGE, build_pair, wired
+from harness.pd_pair import PAGE, build_pair, memory_event, wired
 from harness.pd_sides import decode_side, prefill_side
 
 LONG = 24
@@ -126,4 +126,5 @@ def _incident(kit: Kit, backend: str) -> dict[str, Any]:
 
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
+    memory_event(kit)
     return _incident(kit, "mooncake")

@@ -20,6 +20,12 @@ the donor's held write late -- and the victim's next decode step reads its pages
   queue's and the KV manager's switch; the build's defaults are reported beside it).
 - ``clean`` (control): the same two requests without abort or failure.
 
+Every scenario runs with the loopback in the role of each back end the build ships
+(``mooncake``, ``nixl``, ``mori``; fields ``<backend>:<scenario>.<field>``), its
+deferred-release default its real manager class's (a back end without the machinery in
+this build -- Mori up to 0.5.21 -- cannot defer: event ``deferral``, and the forced
+scenarios are not run there). ``failed_send`` is Mooncake's only.
+
 Fields per scenario: ``leaked``, ``foreign_pages``, ``canary``, ``reused`` (the victim
 got some of the donor's pages), ``held`` (the donor's pages were still held when the
 victim arrived), ``abort_sent`` (decode's ABORT reached the donor's prefill rank),
@@ -35,18 +41,26 @@ import re
 from typing import Any
 
 from difflab.probe.kit import Kit
+from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import Pair, build_pair, wired
+from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, wired
 from harness.pd_search import _failed_send_acks
 from harness.pd_sides import decode_side, prefill_side
 
 PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
 PROMPT = 8  # two pages each
-# The pair plays the Mooncake role (a failed send's drain ack comes from the build's real Mooncake transfer
-# worker), so its fields are Mooncake's (``mooncake:failed_send.leaked``).
+# The pair plays each back end's role (fields ``<backend>:<scenario>.<field>``). ``failed_send`` runs in
+# Mooncake's only: a failed send's drain ack comes from the build's real Mooncake transfer worker.
 BACKEND = "mooncake"
+BACKENDS = ("mooncake", "nixl", "mori")
+SCENARIOS = (  # name, client abort, send reported failed, deferred release forced on, back ends
+    ("abort_in_flight", True, False, False, BACKENDS),
+    ("abort_forced", True, False, True, BACKENDS),
+    ("failed_send", False, True, True, (BACKEND,)),
+    ("clean", False, False, False, BACKENDS),
+)
 
 MACHINERY = Machinery(
     "decode transfer queue", "sglang.srt.disaggregation.decode", "DecodeTransferQueue.pop_transferred"
@@ -59,9 +73,9 @@ ORDERING = (
 )
 
 
-def _race(kit: Kit, *, abort: bool, fail: bool, force_deferred: bool = False) -> dict[str, Any]:
-    pair: Pair = build_pair(kit, BACKEND, force_deferred=force_deferred)
-    pair.acks_failed_send = _failed_send_acks(kit, "mooncake") if fail else None
+def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bool = False) -> dict[str, Any]:
+    pair: Pair = build_pair(kit, backend, force_deferred=force_deferred)
+    pair.acks_failed_send = _failed_send_acks(kit, backend) if fail else None
     with wired(pair):
         flow = Flow(
             pair,
@@ -93,9 +107,10 @@ def _race(kit: Kit, *, abort: bool, fail: bool, force_deferred: bool = False) ->
             pair.wire.land(donor_write, late=True)
         reads = flow.attend_all()
         read = next((r for r in reads if r.rid == "victim"), None)
-        kit.event("loopback", backend="mooncake", decisions=list(pair.decisions))
+        kit.event("loopback", backend=backend, decisions=list(pair.decisions))
         kit.event(
             "defaults",
+            backend=backend,
             queue_defers=bool(flow.decode.transfer.enable_deferred_kv_release),
             manager_defers=pair.manager.enable_deferred_decode_kv_release,
             failed_send_acks=pair.acks_failed_send,
@@ -113,15 +128,19 @@ def _race(kit: Kit, *, abort: bool, fail: bool, force_deferred: bool = False) ->
 
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
+    memory_event(kit)
     kit.allow_log(re.escape("Decode transfer failed for request"))
     kit.allow_log(r"^Session decode-session-0 failed\.$")
     kit.event("ordering", steps=list(ORDERING))
     fields: dict[str, Any] = {}
-    for name, abort, fail, forced in (
-        ("abort_in_flight", True, False, False),
-        ("abort_forced", True, False, True),
-        ("failed_send", False, True, True),
-        ("clean", False, False, False),
-    ):
-        fields |= {f"{name}.{k}": v for k, v in _race(kit, abort=abort, fail=fail, force_deferred=forced).items()}
-    return kit.on_backend(BACKEND, fields)
+    for backend in BACKENDS:
+        missing = missing_backend(backend)
+        if missing is not None:
+            fields |= kit.backend_not_applicable(backend, missing)
+            continue
+        cannot_defer = deferral_gap(backend) is not None  # forcing a switch its manager's code never reads
+        for name, abort, fail, forced, backends in SCENARIOS:
+            if backend in backends and not (forced and cannot_defer):
+                observed = _race(kit, backend, abort=abort, fail=fail, force_deferred=forced)
+                fields |= kit.on_backend(backend, {f"{name}.{k}": v for k, v in observed.items()})
+    return fields

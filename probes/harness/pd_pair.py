@@ -55,6 +55,15 @@ BOOTSTRAP_PORT = 8998
 
 FIRST_ROOM = 8192
 
+NEED_SORT = False
+"""The pair's allocators hand freed pages back first (``need_sort=False``: freed pages go to the
+front of the free list). A PD server builds its allocator with ``need_sort=True``
+(``mem_cache/kv_cache_configurator.py``, ``need_sort=get_disagg().disaggregation_mode in
+("decode", "prefill")``): freed pages wait in ``release_pages`` and come back, sorted, only once
+the free list runs out. With the server's order the pair's two-request race scenarios give the
+victim fresh pages (no reuse, no leak); the same race needs pool pressure there. This is the
+lab's choice, not the build's, and every pair probe names it (:func:`memory_event`)."""
+
 
 class _Strict:
     """Loopback endpoints answer only what they define: a read of anything else is a probe error."""
@@ -180,8 +189,13 @@ class LoopbackReceiver(_Strict):
         self.ensure_abort_notified()
 
     def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
-        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained."""
-        if force_arm:
+        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained.
+
+        The drain-ack tracker is armed before the ABORT as the build's own receiver arms it
+        (:func:`_receiver_arms`): with ``force_arm``, or once the destination was published.
+        """
+        arms = force_arm or (_receiver_arms() and self.init_time is not None)
+        if arms and self.kv_mgr.enable_deferred_decode_kv_release and not self.abort_notified:
             self.kv_mgr.register_deferred_abort_room(self.room)
         if self.abort_notified:
             return
@@ -190,6 +204,22 @@ class LoopbackReceiver(_Strict):
 
     def is_abort_release_safe(self) -> bool:
         return self.kv_mgr.is_abort_release_safe(self.room, len(self.bootstrap_infos))
+
+
+# ---------------------------------------------------------------------------
+# Version adaptation: who arms the drain-ack tracker of a decode abort.
+#   the scheduler, after receiver.abort() returned (Scheduler.abort_request)        (<= 0.5.20)
+#   the receiver, before the ABORT goes out: CommonKVReceiver._send_abort_notification(force_arm=...)
+#   arms when force_arm or init_time is set (common/conn.py, 0.5.21+)
+# ---------------------------------------------------------------------------
+@functools.cache
+def _receiver_arms() -> bool:
+    import inspect
+
+    from sglang.srt.disaggregation.common.conn import CommonKVReceiver
+
+    send = getattr(CommonKVReceiver, "_send_abort_notification", None)
+    return send is not None and "force_arm" in inspect.signature(send).parameters
 
 
 class LoopbackManager(_Strict):
@@ -316,9 +346,23 @@ def _rank() -> Rank:
         enable_memory_saver=False,
     )
     r2t = ReqToTokenPool(size=REQ_ROWS, max_context_len=CONTEXT, device="cpu", enable_memory_saver=False)
-    allocator = PagedTokenToKVPoolAllocator(POOL_TOKENS, PAGE, torch.float32, "cpu", kv, need_sort=False)
+    allocator = PagedTokenToKVPoolAllocator(POOL_TOKENS, PAGE, torch.float32, "cpu", kv, need_sort=NEED_SORT)
     cache = _disabled_tree_cache(r2t, allocator)
     return Rank(kv, r2t, allocator, cache, _metadata_buffers(METADATA_SLOTS), ReqToMetadataIdxAllocator(METADATA_SLOTS))
+
+
+def memory_event(kit: Kit) -> None:
+    """Name the pair's memory sizes and the allocator order the lab chose (see :data:`NEED_SORT`)."""
+    kit.event(
+        "memory",
+        page_size=PAGE,
+        pages_per_rank=POOL_TOKENS // PAGE,
+        request_rows=REQ_ROWS,
+        need_sort=NEED_SORT,
+        server_need_sort=True,
+        chosen_by="lab: freed pages are handed out again first (a PD server sorts them back in once the free list"
+        " runs out)",
+    )
 
 
 @dataclass
@@ -355,6 +399,7 @@ class Pair:
     acks_in_flight: list[int] = field(default_factory=list)
     failed_rooms: set[int] = field(default_factory=set)
     acks_failed_send: bool | None = None  # this build's Mooncake answer (pd_search), None: never asked
+    deferred_by_default: bool | None = None  # the back end's manager's own default in this build
     release_timeout_s: float = 30.0
     clock: float = 0.0
     waiting_timeout_s: float = 300.0
@@ -395,6 +440,18 @@ class Pair:
         if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
             self.receivers[room].state = "Failed"
         self.maybe_ack(room)
+
+    def prefill_fault(self, room: int) -> None:
+        """The prefill rank concludes the room Failed (a prefill fault); what it already posted stays on the wire.
+
+        Unlike :meth:`fail_send`, nothing says the posted write failed: the prefill rank acks
+        an ABORT of the room only once that write has landed (:meth:`maybe_ack`).
+        """
+        self.decisions.append(f"room {room}: prefill rank concluded the room Failed; its posted writes stay in flight")
+        if room in self.senders:
+            self.senders[room].state = "Failed"
+        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
+            self.receivers[room].state = "Failed"
 
     def deliver_acks(self) -> None:
         for room in self.acks_in_flight:
@@ -529,14 +586,30 @@ def _backend(name: str) -> Any:
     return TransferBackend(name)
 
 
-_MANAGERS = {
-    "mooncake": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
-    "nixl": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
-    "mori": ("sglang.srt.disaggregation.mori.conn", "MoriKVManager"),
-}
-
-
 _DEFERRED: dict[tuple[int, str], bool] = {}
+
+
+def missing_backend(backend: str) -> str | None:
+    """Why the pair cannot play ``backend`` in this build (it ships no such back end), or None.
+
+    The back end's classes are looked up as a server looks them up (``get_kv_class``,
+    :func:`harness.decode_kv.transport_classes`; its RDMA library stubbed).
+    """
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    from harness.decode_kv import transport_classes
+
+    if backend not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return (
+            f"this build ships no {backend} transfer back end (choices: {', '.join(DISAGG_TRANSFER_BACKEND_CHOICES)})"
+        )
+    try:
+        transport_classes(backend)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(f"sglang.srt.disaggregation.{backend}"):
+            return f"this build has no module {exc.name}"
+        raise
+    return None
 
 
 def _deferred_default(kit: Kit, backend: str) -> bool:
@@ -547,13 +620,20 @@ def _deferred_default(kit: Kit, backend: str) -> bool:
 
 
 def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
-    """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code."""
-    import importlib
+    """Whether this build's ``backend`` manager defers decode KV release, from its own constructor code.
 
+    A back end without the deferred-release machinery in this build (:func:`harness.decode_kv.deferral_gap`:
+    Mori up to 0.5.21) cannot defer: False, and the reason is the ``deferral`` event.
+    """
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
-    module, name = _MANAGERS[backend]
-    cls = getattr(importlib.import_module(module), name)
+    from harness.decode_kv import deferral_gap, transport_classes
+
+    gap = deferral_gap(backend)
+    if gap is not None:
+        kit.event("deferral", backend=backend, defers=False, reason=gap)
+        return False
+    cls, _ = transport_classes(backend)
     manager = real_object(kit, cls, f"{backend} decode kv_manager", disaggregation_mode=DisaggregationMode.DECODE)
     return bool(manager.enable_deferred_decode_kv_release)
 
@@ -585,6 +665,7 @@ def build_pair(
         kit.forced_flag(f"{backend} decode kv_manager.enable_deferred_decode_kv_release", True, default, "", [])
     manager = LoopbackManager(True if force_deferred else default)
     pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
+    pair.deferred_by_default = default
     pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
     return pair
 

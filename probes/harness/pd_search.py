@@ -23,20 +23,11 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.pd_flow import Flow
-from harness.pd_pair import build_pair, one_rank_collectives, wired
-from harness.pd_sides import decode_side, prefill_side
 
-PREFILL_LIMIT = 14
-DECODE_CAPACITY = 32
-LENGTHS = (4, 8, 12)  # prompts of 1 to 3 pages
-OVERLONG = 16
-MAX_REQUESTS = 4
 STEPS = 24
 EXPECTED_LOGS = (
     "Decode transfer failed for request",
@@ -44,22 +35,6 @@ EXPECTED_LOGS = (
     "Deferred KV release for room",
     "Decode handshake failed for request",
 )
-
-
-class LeakFound(Exception):  # noqa: N818 - the property's counterexample
-    pass
-
-
-@dataclass
-class Found:
-    """One leak: the shrunk schedule that reaches it and who read whose pages."""
-
-    schedule: list[str]
-    victim: str
-    owner: str
-    pages: list[int]
-    canary: bool
-    decisions: list[str]
 
 
 def _failed_send_acks(kit: Kit, backend: str) -> bool | None:
@@ -72,116 +47,16 @@ def _failed_send_acks(kit: Kit, backend: str) -> bool | None:
     return int(oracle.failed_send(kit)["failed.acks"]) > 0
 
 
-def machine_class(kit: Kit, backend: str, acks_failed_send: bool | None, sink: list[Found]) -> type:
-    """The hypothesis state machine over fresh pairs of this build."""
-    from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+def machine_class(kit: Kit, backend: str, acks_failed_send: bool | None, sink: list[Any]) -> type:
+    """The hypothesis state machine over fresh pairs of this build (:class:`harness.pd_machine.PairSchedules`)."""
+    from harness.pd_machine import PairSchedules
 
-    class PairSchedules(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.pair = build_pair(kit, backend, reuse_memory=True)
-            self.pair.acks_failed_send = acks_failed_send
-            self.stack = self.pair.stack
-            self.stack.enter_context(wired(self.pair))
-            self.stack.enter_context(one_rank_collectives())
-            self.flow = Flow(self.pair, prefill_side(self.pair, PREFILL_LIMIT), decode_side(self.pair, DECODE_CAPACITY))
-            self.steps: list[str] = []
-            self.count = 0
-
-        def teardown(self) -> None:
-            self.stack.close()
-
-        def _do(self, label: str, action: Callable[[], Any]) -> None:
-            self.steps.append(label)
-            action()
-
-        # -- arrivals ----------------------------------------------------------
-        @precondition(lambda self: self.count < MAX_REQUESTS)
-        @rule(length=st.sampled_from(LENGTHS))
-        def admit(self, length: int) -> None:
-            rid = f"r{self.count}"
-            self.count += 1
-            self._do(f"admit {rid} ({length} tokens)", lambda: self.flow.arrive(rid, length))
-
-        @precondition(lambda self: self.count < MAX_REQUESTS)
-        @rule()
-        def reject(self) -> None:
-            rid = f"r{self.count}"
-            self.count += 1
-            message = f"Input length ({OVERLONG} tokens) exceeds the maximum allowed length ({PREFILL_LIMIT} tokens)."
-            self._do(
-                f"reject {rid} at prefill intake ({OVERLONG} tokens)",
-                lambda: self.flow.arrive(rid, OVERLONG, reject_on_prefill=message),
-            )
-
-        # -- one pass of both event loops ---------------------------------------
-        @rule()
-        def tick(self) -> None:
-            self._do("both schedulers run one loop pass", self.flow.tick)
-
-        # -- the client ---------------------------------------------------------
-        @precondition(lambda self: bool(self.flow.abortable()))
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1))
-        def abort(self, pick: int) -> None:
-            live = self.flow.abortable()
-            rid = live[pick % len(live)]
-            self._do(f"client aborts {rid} on decode", lambda: self.flow.client_abort(rid))
-
-        @precondition(lambda self: bool(self.flow.running))
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1))
-        def finish(self, pick: int) -> None:
-            rid = self.flow.running[pick % len(self.flow.running)]
-            self._do(f"{rid} finishes", lambda: self.flow.finish(rid))
-
-        # -- the wire -----------------------------------------------------------
-        @precondition(lambda self: not self.pair.wire.hold)
-        @rule()
-        def hold(self) -> None:
-            self._do("wire holds writes back", lambda: setattr(self.pair.wire, "hold", True))
-
-        @precondition(lambda self: bool(self.pair.wire.pending()))
-        @rule(pick=st.integers(0, 7))
-        def land_late(self, pick: int) -> None:
-            pending = self.pair.wire.pending()
-            write = pending[pick % len(pending)]
-            self._do(f"held write of {write.writer} lands late", lambda: self.pair.wire.land(write, late=True))
-
-        @precondition(lambda self: bool(self.pair.wire.pending()))
-        @rule(pick=st.integers(0, 7))
-        def fail_send(self, pick: int) -> None:
-            pending = self.pair.wire.pending()
-            write = pending[pick % len(pending)]
-            self._do(
-                f"transfer of {write.writer} reported failed (write still in flight)",
-                lambda: self.pair.fail_send(write),
-            )
-
-        @rule(land=st.booleans())
-        def time_passes(self, land: bool) -> None:
-            self._do(
-                f"held writes {'land' if land else 'fail'}; time passes the timeouts",
-                lambda: self.flow.time_passes(land),
-            )
-
-        @invariant()
-        def nobody_reads_a_strangers_pages(self) -> None:
-            self.flow.attend_all()
-            if self.flow.leaks:
-                leak = self.flow.leaks[0]
-                sink.append(
-                    Found(
-                        schedule=list(self.steps),
-                        victim=leak.victim,
-                        owner=leak.owner,
-                        pages=leak.pages,
-                        canary=leak.canary,
-                        decisions=list(self.pair.decisions),
-                    )
-                )
-                raise LeakFound(f"{leak.victim} read pages {leak.pages} written by {leak.owner}")
-
-    return PairSchedules
+    found = sink.append
+    return type(
+        "PairSchedulesOfBuild",
+        (PairSchedules,),
+        {"kit": kit, "backend": backend, "acks_failed_send": acks_failed_send, "report": staticmethod(found)},
+    )
 
 
 def _warm_up(machine: type) -> None:
@@ -216,10 +91,12 @@ def search(kit: Kit, *, schedules: int, seed: int, backend: str = "mooncake", ch
     from hypothesis import seed as with_seed
     from hypothesis.stateful import get_state_machine_test
 
+    from harness.pd_machine import Found, LeakFound
+
     for pattern in EXPECTED_LOGS:
         kit.allow_log(re.escape(pattern))
     acks_failed_send = _failed_send_acks(kit, backend)
-    sink: list[Found] = []
+    sink: list[Found] = []  # every leak reported, in order
     runs = [0]
     machine = machine_class(kit, backend, acks_failed_send, sink)
     original_init = machine.__init__
@@ -244,17 +121,18 @@ def search(kit: Kit, *, schedules: int, seed: int, backend: str = "mooncake", ch
     )
     test = with_seed(seed * 1000 + chunk)(get_state_machine_test(machine, settings=config))
     _warm_up(machine)  # start-up (imports, the build's constructor defaults) is not the search's rate
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     found: Found | None = None
     try:
         with _no_source_constants():
             test()
     except LeakFound:
         found = sink[-1]  # hypothesis replays the shrunk schedule last
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return {
         "runs": runs[0],
         "seconds": elapsed,
+        "cpu_seconds": cpu,  # this process's CPU time: the per-core rate, whatever else shares the machine
         "acks_failed_send": acks_failed_send,
         "leak": None if found is None else vars(found),
     }
@@ -277,5 +155,6 @@ def observe_chunk(kit: Kit, *, schedules: int, seed: int, chunk: int, backend: s
         "search.schedules": schedules,
         "search.runs": ran["runs"],
         "search.seconds": ran["seconds"],
+        "search.cpu_seconds": ran["cpu_seconds"],
         "search.leaked": ran["leak"] is not None,
     }

@@ -46,8 +46,11 @@ def main(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
     )
     outcome = execute(req, reporter)
-    rate = outcome.runs / outcome.seconds if outcome.seconds else 0.0
-    reporter.print(f"{outcome.runs} schedules run (with shrinking) in {outcome.seconds:.1f} s: {rate:.0f}/s per core")
+    rate = outcome.runs / outcome.cpu_seconds if outcome.cpu_seconds else 0.0
+    reporter.print(
+        f"{outcome.runs} schedules run (with shrinking) in {outcome.seconds:.1f} s "
+        f"({outcome.cpu_seconds:.1f} CPU s): {rate:.0f}/s per core"
+    )
     for leak in outcome.leaks:
         reporter.print(
             f"LEAK: {leak['victim']} read {leak['owner']}'s KV (pages {leak['pages']}, canary {leak['canary']}); "

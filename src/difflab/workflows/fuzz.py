@@ -69,6 +69,7 @@ class FuzzOutcome:
     leaks: list[dict[str, Any]]
     runs: int
     seconds: float
+    cpu_seconds: float = 0.0
 
 
 def default_out() -> Path:
@@ -186,6 +187,7 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
         leaks = _leaks(events)
         runs = sum(int(e["runs"]) for e in events)
         seconds = sum(float(e["seconds"]) for e in events)
+        cpu_seconds = sum(float(e.get("cpu_seconds", e["seconds"])) for e in events)
         document = {
             "schema": SCHEMA,
             "source": label,
@@ -206,7 +208,11 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
             ],
             "runs": runs,
             "seconds": round(seconds, 3),
-            "schedules_per_second_per_core": round(runs / seconds, 1) if seconds else None,
+            "cpu_seconds": round(cpu_seconds, 3),
+            # per core: schedules per CPU second of the searching processes (wall time on a shared
+            # machine also counts the time other processes held the core)
+            "schedules_per_second_per_core": round(runs / cpu_seconds, 1) if cpu_seconds else None,
+            "schedules_per_wall_second": round(runs / seconds, 1) if seconds else None,
             "acks_failed_send": events[0].get("acks_failed_send"),
             "assumptions": events[0].get("assumptions", []),
             "leaks": leaks,
@@ -215,4 +221,4 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
         exit_code = 1 if leaks else 0
         record.details |= {"source": label, "runner": runner.name, "cpus": os.cpu_count()}
         session.finish(work, exit_code, environment=env.document())
-    return FuzzOutcome(session.out, exit_code, leaks, runs, seconds)
+    return FuzzOutcome(session.out, exit_code, leaks, runs, seconds, cpu_seconds)
