@@ -41,15 +41,9 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from difflab.probe.kit import Kit, MissingFakeAttribute, is_plain_callable
-from harness.construction import (
-    NoBranchApplies,
-    NotEvaluable,
-    build_default,
-    describe,
-    lookup,
-    shadowed_class_values,
-    source_line,
-)
+from difflab.probe.sandbox import build_cache_folder
+from harness.construction import ConstructorReader, NoBranchApplies, NotEvaluable, describe, source_line
+from harness.runtime import published_server_args
 
 T = TypeVar("T")
 
@@ -77,12 +71,24 @@ _RESOLVED: dict[tuple[type, str], dict[str, None]] = {}
 """(class, name) -> attributes an object of that kind took from the build's constructor, in order."""
 
 
+_READERS: list[ConstructorReader] = []
+"""The one constructor reader of this process (a build's source does not change while it runs)."""
+
+
+def _reader() -> ConstructorReader:
+    if not _READERS:  # made on first use: the sandbox has named the build's cache folder by then
+        _READERS.append(ConstructorReader(build_cache_folder("difflab-construction")))
+    return _READERS[0]
+
+
 def _known_parameters() -> dict[str, Any]:
     """Constructor arguments the harness can supply for real: the published server config."""
-    from harness.runtime import published_server_args
-
     args = published_server_args()
     return {"server_args": args} if args is not None else {}
+
+
+def _build_default(obj: Any, cls: type, attribute: str) -> tuple[Any, Any]:
+    return _reader().build_default(obj, cls, attribute, _known_parameters())
 
 
 def _guarded(kit: Kit, name: str, key: str, value: Any) -> Any:
@@ -118,11 +124,11 @@ def _strict_class(
         if item in absent_names:
             kit.fallback(qualified, "declared absent by the probe")
             raise AttributeError(item)
-        found = lookup(cls, item)
+        found = _reader().lookup(cls, item)
         if found.constructed:
             evaluating.append(item)
             try:
-                value, assignment = build_default(self, cls, item, _known_parameters())
+                value, assignment = _build_default(self, cls, item)
             except NotEvaluable as exc:
                 kit.missing_attributes.append(qualified)
                 raise MissingFakeAttribute(
@@ -145,7 +151,7 @@ def _strict_class(
         )
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
-    for key, class_value in shadowed_class_values(cls).items():
+    for key, class_value in _reader().shadowed_class_values(cls).items():
         if key not in given:
             namespace[key] = _ConstructorDefault(kit, cls, name, key, class_value)
     namespace.update(class_attrs)
@@ -209,7 +215,7 @@ class _ConstructorDefault:
             return self.class_value
         qualified = f"{self.name}.{self.attribute}"
         try:
-            value, assignment = build_default(obj, self.cls, self.attribute, _known_parameters())
+            value, assignment = _build_default(obj, self.cls, self.attribute)
         except NoBranchApplies:
             value = self.class_value
             self.kit.build_default(qualified, describe(value), "class attribute (no constructor branch here sets it)")
@@ -242,12 +248,12 @@ def prime(obj: Any) -> None:
 
 
 def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: Any) -> None:
-    found = lookup(cls, key)
+    found = _reader().lookup(cls, key)
     if not found.constructed:
         kit.forced_flag(f"{name}.{key}", value, None, "this build's constructor does not set it", [])
         return
     try:
-        default, assignment = build_default(obj, cls, key, _known_parameters())
+        default, assignment = _build_default(obj, cls, key)
     except NotEvaluable as exc:
         kit.forced_flag(f"{name}.{key}", value, None, f"cannot evaluate: {exc}", [])
         return
@@ -258,3 +264,14 @@ def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: An
 def strict_instance(kit: Kit, cls: type[T], name: str, **kwargs: Any) -> T:
     """Kept for the probes' vocabulary: :func:`real_object`."""
     return real_object(kit, cls, name, **kwargs)
+
+
+def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
+    """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
+
+    The constructors want GPUs, process groups and a model; SGLang's own CPU
+    tests build objects the same way. Methods stay the real ones; any other
+    attribute is answered by :func:`real_object` (the build's own constructor
+    default, or a probe error naming it).
+    """
+    return real_object(kit, cls, name or cls.__name__, **attrs)
