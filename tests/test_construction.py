@@ -67,6 +67,7 @@ class Base:
         self.deadline = timeout * 2 if self.switch else None
         for index in range(size):
             self.looped = index
+        self.last_index = index
         try:
             self.tried = int("3")
         except ValueError:
@@ -161,6 +162,7 @@ def test_a_parameter_comes_from_what_the_object_kept(tmp_path: Path, constructio
     [
         ("looped", r"inside a `for` loop \(line \d+\)"),
         ("tried", r"inside a `try` \(line \d+\)"),
+        ("last_index", r"local `index` of Base.__init__ is bound by a `for` target \(line \d+\)"),
         ("undecidable", r"cannot decide: `if time.monotonic\(\) > 0`"),
         ("retries", r"local `retries` of Base.__init__ is assigned 2 times \(lines \d+, \d+\)"),
         ("limit", r"local `limit` of Base.__init__ is assigned 2 times"),
@@ -217,7 +219,15 @@ def test_two_readers_share_no_state(tmp_path: Path, construction: ModuleType) ->
 
 
 def test_the_reader_never_evaluates_source_text_and_keeps_no_module_state() -> None:
-    tables = {"_OUTSIDE", "_BUILTINS", "_BINARY", "_UNARY", "_COMPARE", "_OUTSIDE_NAMES"}  # constant lookup tables
+    tables = {
+        "_OUTSIDE",
+        "_FORMS",
+        "_BUILTINS",
+        "_BINARY",
+        "_UNARY",
+        "_COMPARE",
+        "_OUTSIDE_NAMES",
+    }  # constant lookup tables
     for name in ("construction.py", "subset.py"):
         tree = ast.parse((HARNESS / name).read_text())
         called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}

@@ -280,27 +280,39 @@ def _targets(stmt: ast.stmt) -> list[ast.expr]:
     return []
 
 
+_FORMS: dict[type, str] = {
+    ast.AugAssign: "an augmented assignment",
+    ast.For: "a `for` target",
+    ast.AsyncFor: "a `for` target",
+    ast.With: "`with ... as`",
+    ast.AsyncWith: "`with ... as`",
+}
+
+
+def _stored_names(nodes: list[ast.AST]) -> Iterator[str]:
+    for node in nodes:
+        for name in ast.walk(node):
+            if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
+                yield name.id
+
+
+def _bound_by_form(stmt: ast.stmt) -> list[ast.AST]:
+    """The targets an augmented assignment, a ``for`` or a ``with ... as`` binds."""
+    if isinstance(stmt, ast.With | ast.AsyncWith):
+        return [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+    return [stmt.target] if isinstance(stmt, ast.AugAssign | ast.For | ast.AsyncFor) else []
+
+
 def _name_bindings(stmt: ast.stmt) -> Iterator[tuple[str, str, str]]:
     """(name, value text, form) for every local name ``stmt`` itself binds (a plain assignment has a text)."""
     for target in _targets(stmt):
         if isinstance(target, ast.Name):
-            yield target.id, ast.unparse(stmt.value), "assignment"  # type: ignore[arg-type]
+            yield target.id, ast.unparse(stmt.value), "assignment"  # type: ignore[attr-defined]
         else:
-            for node in ast.walk(target):
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                    yield node.id, "", "unpacking"
-    forms: list[tuple[list[ast.AST], str]] = []
-    if isinstance(stmt, ast.AugAssign):
-        forms.append(([stmt.target], "an augmented assignment"))
-    elif isinstance(stmt, ast.For | ast.AsyncFor):
-        forms.append(([stmt.target], "a `for` target"))
-    elif isinstance(stmt, ast.With | ast.AsyncWith):
-        forms.append(([i.optional_vars for i in stmt.items if i.optional_vars is not None], "`with ... as`"))
-    for nodes, form in forms:
-        for node in nodes:
-            for name in ast.walk(node):
-                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
-                    yield name.id, "", form
+            yield from ((name, "", "unpacking") for name in _stored_names([target]))
+    form = _FORMS.get(type(stmt))
+    if form is not None:
+        yield from ((name, "", form) for name in _stored_names(_bound_by_form(stmt)))
     if isinstance(stmt, ast.Import | ast.ImportFrom):
         for alias in stmt.names:
             yield (alias.asname or alias.name).split(".")[0], "", "an import"

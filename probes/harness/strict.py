@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from difflab.probe.kit import Kit, MissingFakeAttribute, is_plain_callable
@@ -101,6 +102,57 @@ def _guarded(kit: Kit, name: str, key: str, value: Any) -> Any:
 _CLASSES: dict[tuple[Any, ...], type] = {}
 
 
+@dataclass
+class _Answers:
+    """How the objects of one strict class answer a read of an attribute the probe did not give."""
+
+    kit: Kit
+    cls: type
+    name: str
+    absent: frozenset[str]
+    evaluating: list[str] = field(default_factory=list)
+    """Attributes whose constructor expression is being evaluated (named in what a nested read reports)."""
+
+    def read(self, obj: Any, item: str) -> Any:
+        """``__getattr__``: the build's constructor default, a declared or lazy absence, or a probe error."""
+        if item.startswith("__") and item.endswith("__"):
+            raise AttributeError(item)
+        qualified = f"{self.name}.{item}"
+        if self.evaluating:
+            qualified += " (read while evaluating " + " -> ".join(self.evaluating) + ")"
+        if item in self.absent:
+            self.kit.fallback(qualified, "declared absent by the probe")
+            raise AttributeError(item)
+        found = _reader().lookup(self.cls, item)
+        if found.constructed:
+            return self.from_constructor(obj, item, qualified)
+        if found.assigned_elsewhere:
+            self.kit.fallback(qualified, "created lazily by " + ", ".join(found.assigned_elsewhere))
+            raise AttributeError(item)
+        self.kit.missing_attributes.append(qualified)
+        raise MissingFakeAttribute(
+            f"real {self.cls.__name__} object {qualified} was read, but neither the probe nor the build's "
+            "constructor gives it"
+        )
+
+    def from_constructor(self, obj: Any, item: str, qualified: str) -> Any:
+        self.evaluating.append(item)
+        try:
+            value, assignment = _build_default(obj, self.cls, item)
+        except NotEvaluable as exc:
+            self.kit.missing_attributes.append(qualified)
+            raise MissingFakeAttribute(
+                f"real {self.cls.__name__} object {qualified}: the build's constructor sets it, but {exc}; "
+                "the probe must give it"
+            ) from None
+        finally:
+            self.evaluating.pop()
+        object.__setattr__(obj, item, value)
+        self.kit.build_default(qualified, describe(value), source_line(assignment))
+        _RESOLVED.setdefault((self.cls, self.name), {})[item] = None
+        return value
+
+
 def _strict_class(
     kit: Kit, cls: type, name: str, absent_names: frozenset[str], given: frozenset[str], class_attrs: dict[str, Any]
 ) -> type:
@@ -113,42 +165,10 @@ def _strict_class(
     key = (id(kit), cls, name, absent_names, given, tuple((k, id(v)) for k, v in sorted(class_attrs.items())))
     if key in _CLASSES:
         return _CLASSES[key]
-    evaluating: list[str] = []  # attributes whose constructor expression is being evaluated
+    answers = _Answers(kit, cls, name, absent_names)
 
-    def missing(self: Any, item: str) -> Any:
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        qualified = f"{name}.{item}"
-        if evaluating:
-            qualified += " (read while evaluating " + " -> ".join(evaluating) + ")"
-        if item in absent_names:
-            kit.fallback(qualified, "declared absent by the probe")
-            raise AttributeError(item)
-        found = _reader().lookup(cls, item)
-        if found.constructed:
-            evaluating.append(item)
-            try:
-                value, assignment = _build_default(self, cls, item)
-            except NotEvaluable as exc:
-                kit.missing_attributes.append(qualified)
-                raise MissingFakeAttribute(
-                    f"real {cls.__name__} object {qualified}: the build's constructor sets it, but {exc}; "
-                    "the probe must give it"
-                ) from None
-            finally:
-                evaluating.pop()
-            object.__setattr__(self, item, value)
-            kit.build_default(qualified, describe(value), source_line(assignment))
-            _RESOLVED.setdefault((cls, name), {})[item] = None
-            return value
-        if found.assigned_elsewhere:
-            kit.fallback(qualified, "created lazily by " + ", ".join(found.assigned_elsewhere))
-            raise AttributeError(item)
-        kit.missing_attributes.append(qualified)
-        raise MissingFakeAttribute(
-            f"real {cls.__name__} object {qualified} was read, but neither the probe nor the build's "
-            "constructor gives it"
-        )
+    def missing(obj: Any, item: str) -> Any:  # a function, so that the object is passed as it is to a method
+        return answers.read(obj, item)
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
     for key, class_value in _reader().shadowed_class_values(cls).items():
