@@ -27,6 +27,7 @@ the back end whose paths behave like the base.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -356,34 +357,36 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: _Verdicts) ->
         return verdict(
             "error", "path(s) with no usable observation: " + ", ".join(p.hunk for p in unknown), probes, every
         )
-    head = [p for p in paths if p.like == "head"]
-    base = [p for p in paths if p.like == "base"]
-    mixed = [p for p in paths if p.like == "mixed"]
-    if len(head) == len(paths):
+    likes = [p.like for p in paths]
+    if likes.count("head") == len(paths):
         return verdict(
             "present",
             f"every path the fix changes behaves like its head ({_listing(paths)}); controls hold",
             probes,
             every,
         )
-    masked = [p for p in paths if p.like == "masked"]
-    if len(base) + len(masked) == len(paths):
+    if likes.count("base") + likes.count("masked") == len(paths):
         return verdict(
             "absent",
             f"every path the fix changes behaves like its base, the bug ({_listing(paths)})",
             probes,
             every,
         )
-    parts = []
-    if head:
-        parts.append("like head: " + ", ".join(p.describe() for p in head))
-    if base:
-        parts.append("like base: " + ", ".join(p.describe() for p in base))
-    if mixed:
-        parts.append("mixed within the path: " + ", ".join(p.describe() for p in mixed))
-    if masked:
-        parts.append("not observable apart from a base-like path: " + ", ".join(p.hunk for p in masked))
+    parts = [
+        label + ", ".join(show(p) for p in group)
+        for like, label, show in _PARTIAL_PARTS
+        if (group := [p for p in paths if p.like == like])
+    ]
     return verdict("partial", _by_backend(every) + "; ".join(parts), probes, every)
+
+
+_PARTIAL_PARTS: tuple[tuple[str, str, Callable[[PathCheck], str]], ...] = (
+    ("head", "like head: ", PathCheck.describe),
+    ("base", "like base: ", PathCheck.describe),
+    ("mixed", "mixed within the path: ", PathCheck.describe),
+    ("masked", "not observable apart from a base-like path: ", lambda p: p.hunk),
+)
+"""How a partial verdict lists its paths, group by group, in this order."""
 
 
 def _listing(paths: list[PathCheck]) -> str:
