@@ -216,21 +216,21 @@ class _Schedule:
 
     runner: WarmRunner
     hub: _Hub
-    run_: _Run
+    batch: _Run
     waiting: deque[tuple[str, deque[int]]] = field(default_factory=deque)
     servers: dict[str, _Server] = field(default_factory=dict)
     running: int = 0
 
     def __post_init__(self) -> None:
         by_source: dict[tuple[str, str], deque[int]] = {}
-        for i, job in enumerate(self.run_.jobs):
+        for i, job in enumerate(self.batch.jobs):
             by_source.setdefault((str(job.source.root), job.source.digest), deque()).append(i)
         # The sources with the most probes first: the last server to open then has the least to do,
         # so the run does not end on one core while the other idles.
         self.waiting = deque((root, idx) for (root, _), idx in sorted(by_source.items(), key=lambda kv: -len(kv[1])))
 
     def run(self) -> None:
-        watchdog = max(j.timeout_s for j in self.run_.jobs) + START_TIMEOUT_S
+        watchdog = max(j.timeout_s for j in self.batch.jobs) + START_TIMEOUT_S
         while self.waiting or self.servers:
             self.open_servers()
             for server in list(self.servers.values()):
@@ -243,7 +243,7 @@ class _Schedule:
             root, idx = self.waiting.popleft()
             server = _Server(name=self.runner.server_name(), pending=idx)
             self.servers[server.name] = server
-            log = str(self.run_.work / f"{server.name}.log")
+            log = str(self.batch.work / f"{server.name}.log")
             preload = list(self.runner.server_preload)
             self.hub.send(
                 {"op": "open", "server": server.name, "root": root, "preload": preload, "log": log}
@@ -256,7 +256,7 @@ class _Schedule:
             return
         while server.pending and self.running < self.runner.parallel:
             i = server.pending.popleft()
-            self.hub.send(self.runner._run_request(server.name, i, self.run_.jobs[i], self.run_.work))
+            self.hub.send(self.runner._run_request(server.name, i, self.batch.jobs[i], self.batch.work))
             server.running.add(i)
             self.running += 1
         if not server.pending and not server.running:
@@ -286,19 +286,19 @@ class _Schedule:
         server.running.discard(i)
         self.running -= 1
         if event.get("unsafe"):
-            self.runner._note_fallback(f"server {server.name}: {event['unsafe']}", [i], self.run_.fallback)
+            self.runner._note_fallback(f"server {server.name}: {event['unsafe']}", [i], self.batch.fallback)
             return
         self.runner.stats["probe_wall_s"].append(event.get("wall_s"))
-        obs = self.runner._observation(self.run_.jobs[i], event, self.run_.work / f"j{i}")
-        self.run_.results[i] = obs
-        if self.run_.on_done:
-            self.run_.on_done(obs)
+        obs = self.runner._observation(self.batch.jobs[i], event, self.batch.work / f"j{i}")
+        self.batch.results[i] = obs
+        if self.batch.on_done:
+            self.batch.on_done(obs)
 
     def give_up(self, server: _Server, reason: str) -> None:
         """A server that failed: its probes, running or waiting, go to fresh processes."""
         self.running -= len(server.running)
         self.runner._note_fallback(
-            f"server {server.name}: {reason}", [*server.running, *server.pending], self.run_.fallback
+            f"server {server.name}: {reason}", [*server.running, *server.pending], self.batch.fallback
         )
         self.servers.pop(server.name, None)
 
