@@ -16,7 +16,7 @@ import json
 import sys
 import tomllib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +99,84 @@ def load_allowlist(path: Path) -> list[Equivalent]:
     return entries
 
 
+@dataclass
+class Tally:
+    """What a run's mutants came to: counts per module, and the mutants neither killed nor allowlisted."""
+
+    per_module: dict[str, Counter[str]] = field(default_factory=dict)
+    survivors: list[Mutant] = field(default_factory=list)
+    used: set[tuple] = field(default_factory=set)
+    """The allowlist keys some surviving mutant matched (the rest are stale)."""
+    equivalent: int = 0
+
+    @classmethod
+    def of(cls, statuses: dict[str, tuple[str, str]], allowed: dict[tuple, Equivalent]) -> Tally:
+        tally = cls()
+        for name, (status, source) in sorted(statuses.items()):
+            module, function = split_name(name)
+            tally.per_module.setdefault(module, Counter())[status] += 1
+            if status in DETECTED:
+                continue
+            if status == "not checked":  # an interrupted pass: counted as not killed, not diffed
+                tally.survivors.append(Mutant(name, module, function, status))
+                continue
+            mutant = Mutant(name, module, function, status, *changed_lines(name, source))
+            if mutant.key() in allowed:
+                tally.used.add(mutant.key())
+                tally.per_module[module]["equivalent"] += 1
+                tally.equivalent += 1
+            else:
+                tally.survivors.append(mutant)
+        return tally
+
+
+def print_modules(per_module: dict[str, Counter[str]]) -> None:
+    print(f"{'module':34} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'left':>5} {'score':>7}")
+    for module, counts in sorted(per_module.items()):
+        total = sum(v for k, v in counts.items() if k != "equivalent")
+        killed = sum(counts[s] for s in DETECTED)
+        left = total - killed - counts["equivalent"]
+        score = 100.0 * killed / max(1, total - counts["equivalent"])
+        print(f"{module:34} {total:8} {killed:7} {counts['equivalent']:7} {left:5} {score:6.1f}%")
+
+
+def print_score(statuses: dict[str, tuple[str, str]], equivalent: int, allowlist: Path, threshold: float) -> float:
+    """The overall line; returns the score."""
+    total = len(statuses)
+    killed = sum(1 for s, _ in statuses.values() if s in DETECTED)
+    score = 100.0 * killed / max(1, total - equivalent)
+    where = allowlist.relative_to(ROOT) if allowlist.is_relative_to(ROOT) else allowlist
+    print(
+        f"\nmutation score: {score:.1f}% ({killed} of {total - equivalent} non-equivalent mutants killed; "
+        f"{equivalent} equivalent, allowlisted in {where}; "
+        f"raw {100.0 * killed / total:.1f}% of {total}); threshold {threshold:.0f}%"
+    )
+    return score
+
+
+def print_left(tally: Tally, allow: list[Equivalent]) -> None:
+    """The mutants not checked, those no test killed (with their lines), and the stale allowlist entries."""
+    unchecked = [m for m in tally.survivors if m.status == "not checked"]
+    survivors = [m for m in tally.survivors if m.status != "not checked"]
+    if unchecked:
+        print(f"\n{len(unchecked)} mutant(s) not checked: a partial pass (mutant names given, or interrupted)")
+    if survivors:
+        print(f"\n{len(survivors)} mutant(s) no test killed (kill each with a test, or explain it as equivalent):")
+        for m in survivors:
+            print(f"  {m.name} [{m.status}]  ({m.module}: {m.function})")
+            for line in m.removed:
+                print(f"      - {line}")
+            for line in m.added:
+                print(f"      + {line}")
+    stale = [e for e in allow if e.key() not in tally.used]
+    if stale and not unchecked:
+        print(
+            f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):"
+        )
+        for e in stale:
+            print(f"  {e.module}: {e.function}: {' / '.join(e.added)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
@@ -111,62 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no mutmut results under {args.mutants}: run `mutmut run` first", file=sys.stderr)
         return 2
     allow = load_allowlist(args.allowlist)
-    allowed = {e.key(): e for e in allow}
-    used: set[tuple] = set()
-    survivors: list[Mutant] = []
-    equivalent = 0
-    per_module: dict[str, Counter[str]] = {}
-    for name, (status, source) in sorted(statuses.items()):
-        module, function = split_name(name)
-        per_module.setdefault(module, Counter())[status] += 1
-        if status in DETECTED:
-            continue
-        if status == "not checked":  # an interrupted pass: counted as not killed, not diffed
-            survivors.append(Mutant(name, module, function, status))
-            continue
-        mutant = Mutant(name, module, function, status, *changed_lines(name, source))
-        if mutant.key() in allowed:
-            used.add(mutant.key())
-            per_module[module]["equivalent"] += 1
-            equivalent += 1
-        else:
-            survivors.append(mutant)
-
-    print(f"{'module':34} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'left':>5} {'score':>7}")
-    for module, counts in sorted(per_module.items()):
-        total = sum(v for k, v in counts.items() if k != "equivalent")
-        killed = sum(counts[s] for s in DETECTED)
-        left = total - killed - counts["equivalent"]
-        score = 100.0 * killed / max(1, total - counts["equivalent"])
-        print(f"{module:34} {total:8} {killed:7} {counts['equivalent']:7} {left:5} {score:6.1f}%")
-    total = len(statuses)
-    killed = sum(1 for s, _ in statuses.values() if s in DETECTED)
-    score = 100.0 * killed / max(1, total - equivalent)
-    where = args.allowlist.relative_to(ROOT) if args.allowlist.is_relative_to(ROOT) else args.allowlist
-    print(
-        f"\nmutation score: {score:.1f}% ({killed} of {total - equivalent} non-equivalent mutants killed; "
-        f"{equivalent} equivalent, allowlisted in {where}; "
-        f"raw {100.0 * killed / total:.1f}% of {total}); threshold {args.threshold:.0f}%"
-    )
-    unchecked = [m for m in survivors if m.status == "not checked"]
-    survivors = [m for m in survivors if m.status != "not checked"]
-    if unchecked:
-        print(f"\n{len(unchecked)} mutant(s) not checked: a partial pass (mutant names given, or interrupted)")
-    if survivors:
-        print(f"\n{len(survivors)} mutant(s) no test killed (kill each with a test, or explain it as equivalent):")
-        for m in survivors:
-            print(f"  {m.name} [{m.status}]  ({m.module}: {m.function})")
-            for line in m.removed:
-                print(f"      - {line}")
-            for line in m.added:
-                print(f"      + {line}")
-    stale = [e for e in allow if e.key() not in used]
-    if stale and not unchecked:
-        print(
-            f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):"
-        )
-        for e in stale:
-            print(f"  {e.module}: {e.function}: {' / '.join(e.added)}")
+    tally = Tally.of(statuses, {e.key(): e for e in allow})
+    print_modules(tally.per_module)
+    score = print_score(statuses, tally.equivalent, args.allowlist, args.threshold)
+    print_left(tally, allow)
     return 0 if score >= args.threshold else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from difflab.stats.bootstrap import Bootstrap
 from difflab.stats.compare import bootstrap_rel_diff_ci, compare, mann_whitney_p
 
 
@@ -55,7 +56,7 @@ def test_false_positive_rate_stays_near_nominal_with_few_rounds():
     trials = 120
     for t in range(trials):
         a, b = rng.normal(100, 3, 5), rng.normal(100, 3, 5)
-        flagged += compare("m", a, b, higher_is_better=True, resamples=2000, seed=t).significant
+        flagged += compare("m", a, b, higher_is_better=True, bootstrap=Bootstrap(resamples=2000, seed=t)).significant
     assert flagged / trials <= 0.08
 
 

@@ -18,8 +18,8 @@ import inspect
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.runtime import bare
 from harness.scheduler import bare_scheduler
+from harness.strict import bare
 
 NUM_KV_HEADS = 8
 MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token stub

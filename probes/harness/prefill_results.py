@@ -20,7 +20,8 @@ from typing import Any
 
 from difflab.probe.kit import Call, Kit, Recorder
 from harness.requests import drop_kv, fake_kv_sender, fake_output_streamer, hold_kv, new_req, set_scheduled_extent
-from harness.runtime import bare, cache_aborts, fake_tree_cache, swapped
+from harness.runtime import cache_aborts, fake_tree_cache, swapped
+from harness.strict import bare
 
 PROMPT = 16
 

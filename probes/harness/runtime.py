@@ -7,8 +7,7 @@ A probe process launched no server and built no process group, yet
 mechanisms (``runtime_context.publish`` and ``ParallelContext.override``)
 rather than by patching what SGLang reads.
 
-The rest are small tools every probe needs: a real class instance without its
-GPU-bound constructor (:func:`bare`), a module global swapped for one scenario
+The rest are small tools every probe needs: a module global swapped for one scenario
 (:func:`swapped`), and the tree cache's abort API, which moved between releases
 (:func:`fake_tree_cache`).
 """
@@ -18,11 +17,9 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from difflab.probe.kit import Kit, Recorder, StrictFake
-
-T = TypeVar("T")
 
 # Holds the process-wide overrides open until the process ends.
 _HELD = contextlib.ExitStack()
@@ -59,19 +56,6 @@ def ensure_runtime() -> None:
 def hold(context: contextlib.AbstractContextManager[Any]) -> Any:
     """Keep ``context`` entered until the process ends (process-wide SGLang state a launcher would set)."""
     return _HELD.enter_context(context)
-
-
-def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
-    """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
-
-    The constructors want GPUs, process groups and a model; SGLang's own CPU
-    tests build objects the same way. Methods stay the real ones; any other
-    attribute is answered by :func:`harness.strict.real_object` (the build's
-    own constructor default, or a probe error naming it).
-    """
-    from harness.strict import real_object
-
-    return real_object(kit, cls, name or cls.__name__, **attrs)
 
 
 @contextlib.contextmanager

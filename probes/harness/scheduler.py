@@ -14,7 +14,8 @@ from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.requests import fake_output_streamer
-from harness.runtime import bare, cache_aborts, fake_tree_cache
+from harness.runtime import cache_aborts, fake_tree_cache
+from harness.strict import bare
 
 
 def beam_coordinator(kit: Kit, live_groups: int = 0) -> Any:

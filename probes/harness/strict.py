@@ -38,18 +38,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from difflab.probe.kit import Kit, MissingFakeAttribute, is_plain_callable
-from harness.construction import (
-    NoBranchApplies,
-    NotEvaluable,
-    build_default,
-    describe,
-    lookup,
-    shadowed_class_values,
-    source_line,
-)
+from difflab.probe.sandbox import build_cache_folder
+from harness.construction import ConstructorReader, NoBranchApplies, NotEvaluable, describe, source_line
+from harness.runtime import published_server_args
 
 T = TypeVar("T")
 
@@ -77,12 +72,24 @@ _RESOLVED: dict[tuple[type, str], dict[str, None]] = {}
 """(class, name) -> attributes an object of that kind took from the build's constructor, in order."""
 
 
+_READERS: list[ConstructorReader] = []
+"""The one constructor reader of this process (a build's source does not change while it runs)."""
+
+
+def _reader() -> ConstructorReader:
+    if not _READERS:  # made on first use: the sandbox has named the build's cache folder by then
+        _READERS.append(ConstructorReader(build_cache_folder("difflab-construction")))
+    return _READERS[0]
+
+
 def _known_parameters() -> dict[str, Any]:
     """Constructor arguments the harness can supply for real: the published server config."""
-    from harness.runtime import published_server_args
-
     args = published_server_args()
     return {"server_args": args} if args is not None else {}
+
+
+def _build_default(obj: Any, cls: type, attribute: str) -> tuple[Any, Any]:
+    return _reader().build_default(obj, cls, attribute, _known_parameters())
 
 
 def _guarded(kit: Kit, name: str, key: str, value: Any) -> Any:
@@ -93,6 +100,57 @@ def _guarded(kit: Kit, name: str, key: str, value: Any) -> Any:
 
 
 _CLASSES: dict[tuple[Any, ...], type] = {}
+
+
+@dataclass
+class _Answers:
+    """How the objects of one strict class answer a read of an attribute the probe did not give."""
+
+    kit: Kit
+    cls: type
+    name: str
+    absent: frozenset[str]
+    evaluating: list[str] = field(default_factory=list)
+    """Attributes whose constructor expression is being evaluated (named in what a nested read reports)."""
+
+    def read(self, obj: Any, item: str) -> Any:
+        """``__getattr__``: the build's constructor default, a declared or lazy absence, or a probe error."""
+        if item.startswith("__") and item.endswith("__"):
+            raise AttributeError(item)
+        qualified = f"{self.name}.{item}"
+        if self.evaluating:
+            qualified += " (read while evaluating " + " -> ".join(self.evaluating) + ")"
+        if item in self.absent:
+            self.kit.fallback(qualified, "declared absent by the probe")
+            raise AttributeError(item)
+        found = _reader().lookup(self.cls, item)
+        if found.constructed:
+            return self.from_constructor(obj, item, qualified)
+        if found.assigned_elsewhere:
+            self.kit.fallback(qualified, "created lazily by " + ", ".join(found.assigned_elsewhere))
+            raise AttributeError(item)
+        self.kit.missing_attributes.append(qualified)
+        raise MissingFakeAttribute(
+            f"real {self.cls.__name__} object {qualified} was read, but neither the probe nor the build's "
+            "constructor gives it"
+        )
+
+    def from_constructor(self, obj: Any, item: str, qualified: str) -> Any:
+        self.evaluating.append(item)
+        try:
+            value, assignment = _build_default(obj, self.cls, item)
+        except NotEvaluable as exc:
+            self.kit.missing_attributes.append(qualified)
+            raise MissingFakeAttribute(
+                f"real {self.cls.__name__} object {qualified}: the build's constructor sets it, but {exc}; "
+                "the probe must give it"
+            ) from None
+        finally:
+            self.evaluating.pop()
+        object.__setattr__(obj, item, value)
+        self.kit.build_default(qualified, describe(value), source_line(assignment))
+        _RESOLVED.setdefault((self.cls, self.name), {})[item] = None
+        return value
 
 
 def _strict_class(
@@ -107,45 +165,13 @@ def _strict_class(
     key = (id(kit), cls, name, absent_names, given, tuple((k, id(v)) for k, v in sorted(class_attrs.items())))
     if key in _CLASSES:
         return _CLASSES[key]
-    evaluating: list[str] = []  # attributes whose constructor expression is being evaluated
+    answers = _Answers(kit, cls, name, absent_names)
 
-    def missing(self: Any, item: str) -> Any:
-        if item.startswith("__") and item.endswith("__"):
-            raise AttributeError(item)
-        qualified = f"{name}.{item}"
-        if evaluating:
-            qualified += " (read while evaluating " + " -> ".join(evaluating) + ")"
-        if item in absent_names:
-            kit.fallback(qualified, "declared absent by the probe")
-            raise AttributeError(item)
-        found = lookup(cls, item)
-        if found.constructed:
-            evaluating.append(item)
-            try:
-                value, assignment = build_default(self, cls, item, _known_parameters())
-            except NotEvaluable as exc:
-                kit.missing_attributes.append(qualified)
-                raise MissingFakeAttribute(
-                    f"real {cls.__name__} object {qualified}: the build's constructor sets it, but {exc}; "
-                    "the probe must give it"
-                ) from None
-            finally:
-                evaluating.pop()
-            object.__setattr__(self, item, value)
-            kit.build_default(qualified, describe(value), source_line(assignment))
-            _RESOLVED.setdefault((cls, name), {})[item] = None
-            return value
-        if found.assigned_elsewhere:
-            kit.fallback(qualified, "created lazily by " + ", ".join(found.assigned_elsewhere))
-            raise AttributeError(item)
-        kit.missing_attributes.append(qualified)
-        raise MissingFakeAttribute(
-            f"real {cls.__name__} object {qualified} was read, but neither the probe nor the build's "
-            "constructor gives it"
-        )
+    def missing(obj: Any, item: str) -> Any:  # a function, so that the object is passed as it is to a method
+        return answers.read(obj, item)
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
-    for key, class_value in shadowed_class_values(cls).items():
+    for key, class_value in _reader().shadowed_class_values(cls).items():
         if key not in given:
             namespace[key] = _ConstructorDefault(kit, cls, name, key, class_value)
     namespace.update(class_attrs)
@@ -209,7 +235,7 @@ class _ConstructorDefault:
             return self.class_value
         qualified = f"{self.name}.{self.attribute}"
         try:
-            value, assignment = build_default(obj, self.cls, self.attribute, _known_parameters())
+            value, assignment = _build_default(obj, self.cls, self.attribute)
         except NoBranchApplies:
             value = self.class_value
             self.kit.build_default(qualified, describe(value), "class attribute (no constructor branch here sets it)")
@@ -242,12 +268,12 @@ def prime(obj: Any) -> None:
 
 
 def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: Any) -> None:
-    found = lookup(cls, key)
+    found = _reader().lookup(cls, key)
     if not found.constructed:
         kit.forced_flag(f"{name}.{key}", value, None, "this build's constructor does not set it", [])
         return
     try:
-        default, assignment = build_default(obj, cls, key, _known_parameters())
+        default, assignment = _build_default(obj, cls, key)
     except NotEvaluable as exc:
         kit.forced_flag(f"{name}.{key}", value, None, f"cannot evaluate: {exc}", [])
         return
@@ -258,3 +284,14 @@ def _record_forced(kit: Kit, obj: Any, cls: type, name: str, key: str, value: An
 def strict_instance(kit: Kit, cls: type[T], name: str, **kwargs: Any) -> T:
     """Kept for the probes' vocabulary: :func:`real_object`."""
     return real_object(kit, cls, name, **kwargs)
+
+
+def bare(kit: Kit, cls: type[T], name: str | None = None, **attrs: Any) -> T:
+    """An instance of a real SGLang class, built without its constructor, holding ``attrs``.
+
+    The constructors want GPUs, process groups and a model; SGLang's own CPU
+    tests build objects the same way. Methods stay the real ones; any other
+    attribute is answered by :func:`real_object` (the build's own constructor
+    default, or a probe error naming it).
+    """
+    return real_object(kit, cls, name or cls.__name__, **attrs)

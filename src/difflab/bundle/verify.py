@@ -86,6 +86,16 @@ def verify_path(
     return report
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """A bundle folder as read: its files, the digests SHA256SUMS lists and those the files have."""
+
+    root: Path
+    files: list[str]
+    listed: dict[str, str]
+    actual: dict[str, str]
+
+
 def verify_folder(root: Path, trust: TrustPolicy | None, sigstore: keyless.KeylessPolicy | None = None) -> VerifyReport:
     report = VerifyReport(target=root, trust=trust)
     problems = report.problems
@@ -108,53 +118,70 @@ def verify_folder(root: Path, trust: TrustPolicy | None, sigstore: keyless.Keyle
     listed, parse_problems = checksums.parse(sums_text)
     problems += parse_problems
     actual = checksums.digests(root, [f for f in listing.files if f != layout.CHECKSUMS])
-
+    folder = _Folder(root, listing.files, listed, actual)
     carried, key_problems = _carried_keys(root, listing.files)
     problems += key_problems
     if trust is None:
         report.notes.append("signatures not checked (integrity against SHA256SUMS only)")
         report.envelopes = [rel for rel in listing.files if _is_envelope(rel)]
         problems += checksums.compare(listed, _listable(actual, 2 if layout.CHECKSUMS_ENVELOPE in actual else 1))
-        report.problems = sorted(set(problems))
-        return report
-    trusted = trust.select(carried)
+    else:
+        problems += _signed_problems(folder, trust, carried, report, sigstore)
+    report.problems = sorted(set(problems))
+    return report
+
+
+def _signed_problems(
+    folder: _Folder,
+    trust: TrustPolicy,
+    carried: Mapping[str, Ed25519PublicKey],
+    report: VerifyReport,
+    sigstore: keyless.KeylessPolicy | None,
+) -> list[Problem]:
+    """What the signatures say: the envelopes the trusted keys open, the run and checksum statements, Sigstore."""
+    root, files, actual = folder.root, folder.files, folder.actual
+    problems: list[Problem] = []
     payloads: dict[str, bytes] = {}
+    trusted = trust.select(carried)
     if trusted:
-        verified = _open_envelopes(root, listing.files, trusted, report, payloads)
+        verified = _open_envelopes(root, files, trusted, report, payloads)
     else:
         problems.append(_no_trust_problem(carried, trust))
-        report.envelopes = [rel for rel in listing.files if _is_envelope(rel)]
+        report.envelopes = [rel for rel in files if _is_envelope(rel)]
         verified = {}
-
-    if layout.RUN_ENVELOPE not in listing.files:
+    if layout.RUN_ENVELOPE not in files:
         problems.append(Problem(layout.RUN_ENVELOPE, "missing: the bundle has no signed run statement"))
     fmt = _bundle_format(verified.get(layout.RUN_ENVELOPE), actual)
-    problems += checksums.compare(listed, _listable(actual, fmt))
+    problems += checksums.compare(folder.listed, _listable(actual, fmt))
     if layout.RUN_ENVELOPE in verified:
         problems += _check_run_statement(verified[layout.RUN_ENVELOPE], actual, fmt)
     if fmt >= 2:
-        problems += _check_checksums_statement(root, verified, listing.files)
-    problems += _check_fix_statements(root, listing.files, verified, actual)
+        problems += _check_checksums_statement(root, verified, files)
+    problems += _check_fix_statements(root, files, verified, actual)
     if layout.SIGSTORE_BUNDLE in actual and fmt >= 2:
-        binding = _check_sigstore(root, payloads.get(layout.RUN_ENVELOPE))
-        problems += binding
-        if not binding:
-            check = keyless.verify_statement(
-                root / layout.SIGSTORE_BUNDLE,
-                layout.SIGSTORE_BUNDLE,
-                payloads.get(layout.RUN_ENVELOPE),
-                sigstore or keyless.KeylessPolicy(),
-            )
-            report.keyless.append(check)
-            if check.failure:
-                problems.append(Problem(layout.SIGSTORE_BUNDLE, f"Sigstore signature does not verify: {check.failure}"))
-            elif not check.verified:
-                report.notes.append(
-                    f"{layout.SIGSTORE_BUNDLE}: Sigstore bundle bound to the signed run statement, but its signer "
-                    "was NOT verified (" + "; ".join(check.not_checked) + ")"
-                )
-    report.problems = sorted(set(problems))
-    return report
+        problems += _sigstore_problems(root, payloads.get(layout.RUN_ENVELOPE), report, sigstore)
+    return problems
+
+
+def _sigstore_problems(
+    root: Path, run_payload: bytes | None, report: VerifyReport, sigstore: keyless.KeylessPolicy | None
+) -> list[Problem]:
+    """A carried Sigstore bundle: bound to the signed run statement, and its signer verified (or said not to be)."""
+    binding = _check_sigstore(root, run_payload)
+    if binding:
+        return binding
+    check = keyless.verify_statement(
+        root / layout.SIGSTORE_BUNDLE, layout.SIGSTORE_BUNDLE, run_payload, sigstore or keyless.KeylessPolicy()
+    )
+    report.keyless.append(check)
+    if check.failure:
+        return [Problem(layout.SIGSTORE_BUNDLE, f"Sigstore signature does not verify: {check.failure}")]
+    if not check.verified:
+        report.notes.append(
+            f"{layout.SIGSTORE_BUNDLE}: Sigstore bundle bound to the signed run statement, but its signer "
+            "was NOT verified (" + "; ".join(check.not_checked) + ")"
+        )
+    return []
 
 
 def _listable(actual: Mapping[str, str], fmt: int) -> dict[str, str]:

@@ -27,6 +27,7 @@ the back end whose paths behave like the base.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -194,45 +195,56 @@ def _path_checks(fix: Fix, probes: list[ProbeComparison]) -> list[PathCheck]:
     dropped the door never reaches the retirement behind it) is judged by its
     remaining fields; if none remain, it cannot be told apart (``masked``).
     """
-    by_probe = {p.probe: {c.field: c for c in p.fields if c.kind == "expect"} for p in probes}
+    sides = _FieldSides({p.probe: {c.field: c for c in p.fields if c.kind == "expect"} for p in probes})
     skipped = {b: r for p in probes for b, r in p.not_applicable.items()}
-
-    def side(probe: str, name: str) -> str:
-        check = by_probe.get(probe, {}).get(name)
-        return check.like if check is not None else "missing"
-
-    raw: dict[str, str] = {}
-    for hunk in fix.hunks:
-        if hunk.backend in skipped:
-            raw[hunk.id] = "n/a"
-            continue
-        sides = {side(probe, name) for probe, name in hunk.observed()}
-        if sides & {"other", "missing"}:
-            raw[hunk.id] = "other" if "other" in sides else "missing"
-        elif sides == {"head"}:
-            raw[hunk.id] = "head"
-        elif sides == {"base"}:
-            raw[hunk.id] = "base"
-        else:
-            raw[hunk.id] = "mixed"
+    raw = {
+        hunk.id: "n/a" if hunk.backend in skipped else _combined({sides(*pf) for pf in hunk.observed()})
+        for hunk in fix.hunks
+    }
     explained = {pf for hunk in fix.hunks if raw[hunk.id] == "base" for pf in hunk.observed()}
     out = []
     for hunk in fix.hunks:
-        like = raw[hunk.id]
         fields = hunk.observed()
-        masking = ""
-        if like in ("mixed", "base"):
-            own = [pf for pf in fields if pf not in explained or like == "base"]
-            if like == "mixed":
-                unexplained_base = [pf for pf in own if side(*pf) == "base"]
-                if not unexplained_base:
-                    like = "head" if own else "masked"
-                    masking = " (its other fields are explained by a path like the base)"
+        like, masking = _unmasked(raw[hunk.id], fields, explained, sides)
         if like == "n/a":
             masking = f" (not applicable on {hunk.backend}: {skipped[hunk.backend or '']})"
         where = f"{hunk.file}: {hunk.function}{masking}"
         out.append(PathCheck(hunk.id, where, like, [f for _, f in fields], hunk.backend))
     return out
+
+
+@dataclass(frozen=True)
+class _FieldSides:
+    """Which side each probe field behaved like (``missing``: the field was not observed)."""
+
+    by_probe: dict[str, dict[str, FieldCheck]]
+
+    def __call__(self, probe: str, name: str) -> str:
+        check = self.by_probe.get(probe, {}).get(name)
+        return check.like if check is not None else "missing"
+
+
+def _combined(sides: set[str]) -> str:
+    """One path's side from the sides of the fields observing it."""
+    if sides & {"other", "missing"}:
+        return "other" if "other" in sides else "missing"
+    if sides == {"head"}:
+        return "head"
+    if sides == {"base"}:
+        return "base"
+    return "mixed"
+
+
+def _unmasked(
+    like: str, fields: list[tuple[str, str]], explained: set[tuple[str, str]], sides: _FieldSides
+) -> tuple[str, str]:
+    """A mixed path whose base-like fields a wholly base-like path explains: judged by its other fields."""
+    if like != "mixed":
+        return like, ""
+    own = [pf for pf in fields if pf not in explained]
+    if any(sides(*pf) == "base" for pf in own):
+        return like, ""
+    return ("head" if own else "masked"), " (its other fields are explained by a path like the base)"
 
 
 def _backend_verdicts(paths: list[PathCheck], skipped: dict[str, str]) -> dict[str, str]:
@@ -276,14 +288,18 @@ def _switch_words(attribute: str) -> str:
     return " ".join("KV" if w == "kv" else w for w in name.split("_"))
 
 
-def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVerdict:
-    """present / absent / partial / error for one fix from its probes' observations on one source."""
-    forced = forced_notes(observations)
+@dataclass(frozen=True)
+class _Verdicts:
+    """Makes one fix's verdict on one source, with what every verdict carries (the forced switches, back ends)."""
 
-    def verdict(v: str, reason: str, probes: list[ProbeComparison], paths: list[PathCheck]) -> BackportVerdict:
+    fix: Fix
+    forced: list[str]
+
+    def __call__(self, v: str, reason: str, probes: list[ProbeComparison], paths: list[PathCheck]) -> BackportVerdict:
         skipped = {b: r for p in probes for b, r in p.not_applicable.items()}
         if skipped and v not in ("error",):
             reason += "; not applicable on " + "; ".join(f"{b} ({r})" for b, r in skipped.items())
+        fix = self.fix
         return BackportVerdict(
             fix.pr,
             fix.id,
@@ -293,10 +309,14 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
             reason,
             probes,
             paths=paths,
-            forced=forced,
+            forced=self.forced,
             backends=_backend_verdicts(paths, skipped),
         )
 
+
+def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVerdict:
+    """present / absent / partial / error for one fix from its probes' observations on one source."""
+    verdict = _Verdicts(fix, forced_notes(observations))
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix", [], [])
     probes = [compare_probe(spec, observations.get(spec.name)) for spec in fix.probes]
@@ -307,6 +327,11 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
         return verdict("error", "; ".join(f"{p.probe}: {p.reason}" for p in untrusted), probes, [])
     if fix.hunks:
         return _judge_paths(fix, probes, verdict)
+    return _judge_probes(probes, verdict)
+
+
+def _judge_probes(probes: list[ProbeComparison], verdict: _Verdicts) -> BackportVerdict:
+    """A fix that declares no paths: judged probe by probe."""
     head = [p.probe for p in probes if p.like == "head"]
     base = [p.probe for p in probes if p.like == "base"]
     mixed = [p.probe for p in probes if p.like == "mixed"]
@@ -324,7 +349,7 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
     return verdict("partial", "; ".join(parts), probes, [])
 
 
-def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> BackportVerdict:
+def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: _Verdicts) -> BackportVerdict:
     every = _path_checks(fix, probes)
     paths = [p for p in every if p.like != "n/a"]
     if not paths:
@@ -334,34 +359,36 @@ def _judge_paths(fix: Fix, probes: list[ProbeComparison], verdict: Any) -> Backp
         return verdict(
             "error", "path(s) with no usable observation: " + ", ".join(p.hunk for p in unknown), probes, every
         )
-    head = [p for p in paths if p.like == "head"]
-    base = [p for p in paths if p.like == "base"]
-    mixed = [p for p in paths if p.like == "mixed"]
-    if len(head) == len(paths):
+    likes = [p.like for p in paths]
+    if likes.count("head") == len(paths):
         return verdict(
             "present",
             f"every path the fix changes behaves like its head ({_listing(paths)}); controls hold",
             probes,
             every,
         )
-    masked = [p for p in paths if p.like == "masked"]
-    if len(base) + len(masked) == len(paths):
+    if likes.count("base") + likes.count("masked") == len(paths):
         return verdict(
             "absent",
             f"every path the fix changes behaves like its base, the bug ({_listing(paths)})",
             probes,
             every,
         )
-    parts = []
-    if head:
-        parts.append("like head: " + ", ".join(p.describe() for p in head))
-    if base:
-        parts.append("like base: " + ", ".join(p.describe() for p in base))
-    if mixed:
-        parts.append("mixed within the path: " + ", ".join(p.describe() for p in mixed))
-    if masked:
-        parts.append("not observable apart from a base-like path: " + ", ".join(p.hunk for p in masked))
+    parts = [
+        label + ", ".join(show(p) for p in group)
+        for like, label, show in _PARTIAL_PARTS
+        if (group := [p for p in paths if p.like == like])
+    ]
     return verdict("partial", _by_backend(every) + "; ".join(parts), probes, every)
+
+
+_PARTIAL_PARTS: tuple[tuple[str, str, Callable[[PathCheck], str]], ...] = (
+    ("head", "like head: ", PathCheck.describe),
+    ("base", "like base: ", PathCheck.describe),
+    ("mixed", "mixed within the path: ", PathCheck.describe),
+    ("masked", "not observable apart from a base-like path: ", lambda p: p.hunk),
+)
+"""How a partial verdict lists its paths, group by group, in this order."""
 
 
 def _listing(paths: list[PathCheck]) -> str:

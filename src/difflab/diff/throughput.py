@@ -25,7 +25,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.stats.paired import PairedComparison, compare_paired, wilcoxon_p
+from difflab.stats.bootstrap import Bootstrap
+from difflab.stats.paired import PairedComparison, PairedGate, compare_paired, wilcoxon_p
 from difflab.stats.scaling import fit_exponent, geometric_mean
 
 ALPHA = 0.002
@@ -200,10 +201,8 @@ def _compare(metric: str, base: Rounds, head: Rounds, workloads: list[str], seed
         metric,
         [_round_sample(r, workloads) for r in base],
         [_round_sample(r, workloads) for r in head],
-        alpha=ALPHA,
-        min_effect=MIN_EFFECT,
-        max_spread=MAX_SPREAD,
-        seed=seed,
+        gate=PairedGate(alpha=ALPHA, min_effect=MIN_EFFECT, max_spread=MAX_SPREAD),
+        bootstrap=Bootstrap(seed=seed),
     )
 
 

@@ -123,8 +123,32 @@ def plan_environments(
     """The fewest environments that serve every release (the shared one first when it is used)."""
     versions = list(dict.fromkeys(releases))
     applying = {v: [n for n in needs if n.applies(v)] for v in versions}
+    candidates = _candidates(applying.values())
+    order = sorted(candidates, key=lambda pins: (len(pins), pins))
+    serves = {pins: {v for v in versions if _serves(candidates[pins], applying[v], shared)} for pins in order}
+    _check_served(versions, serves, applying)
+    for size in range(1, len(order) + 1):
+        for combo in itertools.combinations(order, size):
+            if set().union(*(serves[p] for p in combo)) >= set(versions):
+                return _assign(combo, serves, versions)
+    raise AssertionError("unreachable: every release is served by some candidate")
+
+
+def _check_served(
+    versions: list[str], serves: Mapping[tuple[str, ...], set[str]], applying: Mapping[str, list[Need]]
+) -> None:
+    """A release no candidate environment serves: named, with what its needs require."""
+    stranded = [v for v in versions if not any(v in s for s in serves.values())]
+    if stranded:
+        wants = {v: ", ".join(str(r) for n in applying[v] for r in n.requires) for v in stranded}
+        detail = "; ".join(f"{v} requires {w}" for v, w in wants.items())
+        raise ConfigError(f"{NEEDS_FILE}: no environment serves {detail}")
+
+
+def _candidates(applying: Iterable[list[Need]]) -> dict[tuple[str, ...], dict[str, Version]]:
+    """Every environment some consistent set of one release's needs asks for (pin lines -> pins), and none."""
     candidates: dict[tuple[str, ...], dict[str, Version]] = {(): {}}
-    for matched in applying.values():
+    for matched in applying:
         for size in range(1, len(matched) + 1):
             for combo in itertools.combinations(matched, size):
                 merged = _merge(combo)
@@ -132,18 +156,7 @@ def plan_environments(
                     candidates.setdefault(_pin_lines(merged), merged)
     if len(candidates) > MAX_CANDIDATES:
         raise ConfigError(f"{NEEDS_FILE}: {len(candidates)} candidate environments; simplify the needs")
-    order = sorted(candidates, key=lambda pins: (len(pins), pins))
-    serves = {pins: {v for v in versions if _serves(candidates[pins], applying[v], shared)} for pins in order}
-    stranded = [v for v in versions if not any(v in s for s in serves.values())]
-    if stranded:
-        wants = {v: ", ".join(str(r) for n in applying[v] for r in n.requires) for v in stranded}
-        detail = "; ".join(f"{v} requires {w}" for v, w in wants.items())
-        raise ConfigError(f"{NEEDS_FILE}: no environment serves {detail}")
-    for size in range(1, len(order) + 1):
-        for combo in itertools.combinations(order, size):
-            if set().union(*(serves[p] for p in combo)) >= set(versions):
-                return _assign(combo, serves, versions)
-    raise AssertionError("unreachable: every release is served by some candidate")
+    return candidates
 
 
 def _merge(combo: Iterable[Need]) -> dict[str, Version] | None:

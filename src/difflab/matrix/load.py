@@ -208,30 +208,8 @@ def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> list
     function = _str(w, f"{where}.function", table.get("function"))
     change = _str(w, f"{where}.change", table.get("change"))
     assert file and function and change
-    fields_raw = _table(w, f"{where}.fields", table.get("fields", {}))
-    if not fields_raw:
-        raise w.fail(f"{where}.fields", "name the probe fields that observe this path ({probe = [fields]})")
-    fields: dict[str, tuple[str, ...]] = {}
-    for probe, names in fields_raw.items():
-        if probe not in probes:
-            raise w.fail(f"{where}.fields.{probe}", "not one of this fix's probes")
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise w.fail(f"{where}.fields.{probe}", "expected a non-empty list of expect field names")
-        first = probes[probe].backends[:1]
-        for name in names:
-            if (backend_field(first[0], name) if first else name) not in probes[probe].expect:
-                raise w.fail(f"{where}.fields.{probe}", f"{name!r} is not an expect field of {probe}")
-        fields[probe] = tuple(names)
-    per_backend = {probes[p].backends for p in fields}
-    if len(per_backend) != 1:
-        raise w.fail(f"{where}.fields", "the probes observing one path must run on the same back ends")
-    backends = next(iter(per_backend))
-    if "backends" in table:
-        chosen = _backends(w, f"{where}.backends", table["backends"])
-        stray = [b for b in chosen if b not in backends]
-        if not backends or stray:
-            raise w.fail(f"{where}.backends", f"{stray or chosen} not among its probes' back ends {list(backends)}")
-        backends = chosen
+    fields = _hunk_fields(w, f"{where}.fields", table.get("fields", {}), probes)
+    backends = _hunk_backends(w, where, table, {probes[p].backends for p in fields})
     if not backends:
         return [Hunk(id=hunk_id, file=file, function=function, change=change, fields=fields)]
     return [
@@ -245,6 +223,39 @@ def _hunk(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> list
         )
         for b in backends
     ]
+
+
+def _hunk_fields(w: _Where, where: str, raw: Any, probes: dict[str, ProbeSpec]) -> dict[str, tuple[str, ...]]:
+    """``fields = {probe = [expect fields]}``: which probe fields observe the path."""
+    fields_raw = _table(w, where, raw)
+    if not fields_raw:
+        raise w.fail(where, "name the probe fields that observe this path ({probe = [fields]})")
+    fields: dict[str, tuple[str, ...]] = {}
+    for probe, names in fields_raw.items():
+        if probe not in probes:
+            raise w.fail(f"{where}.{probe}", "not one of this fix's probes")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise w.fail(f"{where}.{probe}", "expected a non-empty list of expect field names")
+        first = probes[probe].backends[:1]
+        for name in names:
+            if (backend_field(first[0], name) if first else name) not in probes[probe].expect:
+                raise w.fail(f"{where}.{probe}", f"{name!r} is not an expect field of {probe}")
+        fields[probe] = tuple(names)
+    return fields
+
+
+def _hunk_backends(w: _Where, where: str, table: dict[str, Any], per_backend: set[tuple[str, ...]]) -> tuple[str, ...]:
+    """The back ends a path is judged on: its probes' (all the same), or the ``backends`` chosen among them."""
+    if len(per_backend) != 1:
+        raise w.fail(f"{where}.fields", "the probes observing one path must run on the same back ends")
+    backends = next(iter(per_backend))
+    if "backends" not in table:
+        return backends
+    chosen = _backends(w, f"{where}.backends", table["backends"])
+    stray = [b for b in chosen if b not in backends]
+    if not backends or stray:
+        raise w.fail(f"{where}.backends", f"{stray or chosen} not among its probes' back ends {list(backends)}")
+    return chosen
 
 
 def _inside_sglang(file: str) -> bool:
@@ -267,30 +278,38 @@ def _mutation(w: _Where, where: str, raw: Any, probe_names: set[str], hunks: dic
     assert name and file and find
     if not _inside_sglang(file):
         raise w.fail(f"{where}.file", f"{file!r}: must be a relative path inside the source's sglang/ tree")
-    reverted = table.get("hunks", [])
-    if not isinstance(reverted, list) or not all(isinstance(h, str) for h in reverted):
-        raise w.fail(f"{where}.hunks", "expected a list of hunk ids")
+    reverted = _reverted(w, f"{where}.hunks", table.get("hunks", []), hunks)
+    hunk_probes = list(dict.fromkeys(p for h in reverted for p in hunks[h].fields))
+    targets = _targets(w, f"{where}.targets", table.get("targets", hunk_probes or None), probe_names, hunk_probes)
+    return Mutation(name=name, file=file, find=find, replace=replace, targets=targets, hunks=reverted)
+
+
+def _reverted(w: _Where, where: str, raw: Any, hunks: dict[str, Hunk]) -> tuple[str, ...]:
+    """The hunks a mutation reverts; a declared id names every back end's copy of the path, ``id@backend`` one."""
+    if not isinstance(raw, list) or not all(isinstance(h, str) for h in raw):
+        raise w.fail(where, "expected a list of hunk ids")
     expanded: list[str] = []
-    for h in reverted:
-        # a declared id names every back end's copy of the path; ``id@backend`` names one
+    for h in raw:
         ids = [h] if h in hunks else [k for k in hunks if k.split("@", 1)[0] == h and "@" in k]
         if not ids:
-            raise w.fail(f"{where}.hunks", f"{h!r} is not one of this fix's hunks")
+            raise w.fail(where, f"{h!r} is not one of this fix's hunks")
         expanded += [i for i in ids if i not in expanded]
-    reverted = expanded
-    if hunks and not reverted:
-        raise w.fail(f"{where}.hunks", "name the hunk(s) this mutation reverts")
-    hunk_probes = list(dict.fromkeys(p for h in reverted for p in hunks[h].fields))
-    targets = table.get("targets", hunk_probes or None)
-    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
-        raise w.fail(f"{where}.targets", "expected a non-empty list of probe names")
-    for t in targets:
+    if hunks and not expanded:
+        raise w.fail(where, "name the hunk(s) this mutation reverts")
+    return tuple(expanded)
+
+
+def _targets(w: _Where, where: str, raw: Any, probe_names: set[str], hunk_probes: list[str]) -> tuple[str, ...]:
+    """The probes a mutation must flip: named, or those observing its hunks (which must all be among them)."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(t, str) for t in raw):
+        raise w.fail(where, "expected a non-empty list of probe names")
+    for t in raw:
         if t not in probe_names:
-            raise w.fail(f"{where}.targets", f"{t!r} is not one of this fix's probes")
-    missing = [p for p in hunk_probes if p not in targets]
+            raise w.fail(where, f"{t!r} is not one of this fix's probes")
+    missing = [p for p in hunk_probes if p not in raw]
     if missing:
-        raise w.fail(f"{where}.targets", f"the reverted hunks are observed by {missing} too")
-    return Mutation(name=name, file=file, find=find, replace=replace, targets=tuple(targets), hunks=tuple(reverted))
+        raise w.fail(where, f"the reverted hunks are observed by {missing} too")
+    return tuple(raw)
 
 
 def _probe_module(w: _Where, where: str, value: Any) -> str:
@@ -327,56 +346,12 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
     title = _str(w, f"{where}.title", table.get("title"))
     part = _str(w, f"{where}.part", table.get("part"), required=False)
     note = _str(w, f"{where}.note", table.get("note"), required=False)
-    for side in ("base", "head"):
-        if side not in table:
-            raise w.fail(f"{where}.{side}", "missing")
-    base = _side(w, f"{where}.base", table["base"], releases)
-    head = _side(w, f"{where}.head", table["head"], releases)
-    if base.unavailable:
-        raise w.fail(f"{where}.base", "the base side must be available: it is where the bug is shown")
-    commits: dict[str, CommitPin] = {}
-    for side, pin in _table(w, f"{where}.commits", table.get("commits", {})).items():
-        if side not in ("base", "head"):
-            raise w.fail(f"{where}.commits", f"unknown side {side!r}")
-        pin_t = _table(w, f"{where}.commits.{side}", pin)
-        sha = _str(w, f"{where}.commits.{side}.sha", pin_t.get("sha"))
-        if not _GIT_SHA.fullmatch(str(sha)):
-            raise w.fail(f"{where}.commits.{side}.sha", "expected a hex git SHA (7-40 digits)")
-        confirmed = pin_t.get("confirmed")
-        if not isinstance(confirmed, bool):
-            raise w.fail(f"{where}.commits.{side}.confirmed", "expected true or false")
-        commits[side] = CommitPin(sha=str(sha), confirmed=confirmed)
+    base, head = _sides(w, where, table, releases)
+    commits = _commits(w, f"{where}.commits", table.get("commits", {}))
     tests = _upstream_tests(w, f"{where}.upstream_tests", table.get("upstream_tests", []))
-    probes_raw = table.get("probes", [])
-    if not isinstance(probes_raw, list):
-        raise w.fail(f"{where}.probes", "expected an array of tables ([[fixes.probes]])")
-    probes = tuple(_probe(w, f"{where}.probes[{i}]", p) for i, p in enumerate(probes_raw))
-    names = [p.name for p in probes]
-    if len(set(names)) != len(names):
-        raise w.fail(f"{where}.probes", "a probe is listed twice")
-    hunks_raw = table.get("hunks", [])
-    if not isinstance(hunks_raw, list):
-        raise w.fail(f"{where}.hunks", "expected an array of tables ([[fixes.hunks]])")
-    by_name = {p.name: p for p in probes}
-    hunk_list = [path for i, h in enumerate(hunks_raw) for path in _hunk(w, f"{where}.hunks[{i}]", h, by_name)]
-    hunks = {h.id: h for h in hunk_list}
-    if len(hunks) != len(hunk_list):
-        raise w.fail(f"{where}.hunks", "a hunk id is listed twice")
-    if hunks:
-        covered = {pf for h in hunk_list for pf in h.observed()}
-        loose = [f"{p.name}:{f}" for p in probes for f in p.expect if (p.name, f) not in covered]
-        if loose:
-            raise w.fail(f"{where}.hunks", f"expect field(s) {loose} belong to no hunk")
-    muts_raw = table.get("mutations", [])
-    if not isinstance(muts_raw, list):
-        raise w.fail(f"{where}.mutations", "expected an array of tables ([[fixes.mutations]])")
-    mutations = tuple(_mutation(w, f"{where}.mutations[{i}]", m, set(names), hunks) for i, m in enumerate(muts_raw))
-    names_m = [m.name for m in mutations]
-    if len(set(names_m)) != len(names_m):
-        raise w.fail(f"{where}.mutations", "a mutation name is listed twice")
-    unreverted = [h for h in hunks if not any(h in m.hunks for m in mutations)]
-    if unreverted:
-        raise w.fail(f"{where}.hunks", f"hunk(s) {unreverted} have no reverting mutation")
+    probes = _probes(w, where, table.get("probes", []))
+    hunks = _hunks(w, where, table.get("hunks", []), probes)
+    mutations = _mutations(w, where, table.get("mutations", []), probes, hunks)
     assert title is not None
     return Fix(
         id=str(fix_id),
@@ -390,10 +365,89 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
         upstream_tests=tests,
         probes=probes,
         mutations=mutations,
-        hunks=tuple(hunk_list),
+        hunks=hunks,
         throughput=_throughput(w, f"{where}.throughput", table.get("throughput")),
         family=_str(w, f"{where}.family", table.get("family"), required=False),
     )
+
+
+def _sides(w: _Where, where: str, table: dict[str, Any], releases: dict[str, ReleasePin]) -> tuple[SidePin, SidePin]:
+    """The fix's base (where the bug is shown: must be available) and head."""
+    for side in ("base", "head"):
+        if side not in table:
+            raise w.fail(f"{where}.{side}", "missing")
+    base = _side(w, f"{where}.base", table["base"], releases)
+    head = _side(w, f"{where}.head", table["head"], releases)
+    if base.unavailable:
+        raise w.fail(f"{where}.base", "the base side must be available: it is where the bug is shown")
+    return base, head
+
+
+def _commits(w: _Where, where: str, raw: Any) -> dict[str, CommitPin]:
+    """``[fixes.commits.base|head] sha, confirmed``: the git commits of the fix's sides."""
+    commits: dict[str, CommitPin] = {}
+    for side, pin in _table(w, where, raw).items():
+        if side not in ("base", "head"):
+            raise w.fail(where, f"unknown side {side!r}")
+        pin_t = _table(w, f"{where}.{side}", pin)
+        sha = _str(w, f"{where}.{side}.sha", pin_t.get("sha"))
+        if not _GIT_SHA.fullmatch(str(sha)):
+            raise w.fail(f"{where}.{side}.sha", "expected a hex git SHA (7-40 digits)")
+        confirmed = pin_t.get("confirmed")
+        if not isinstance(confirmed, bool):
+            raise w.fail(f"{where}.{side}.confirmed", "expected true or false")
+        commits[side] = CommitPin(sha=str(sha), confirmed=confirmed)
+    return commits
+
+
+def _array(w: _Where, where: str, raw: Any, name: str) -> list[Any]:
+    """``[[fixes.<name>]]``: an array of tables."""
+    if not isinstance(raw, list):
+        raise w.fail(f"{where}.{name}", f"expected an array of tables ([[fixes.{name}]])")
+    return raw
+
+
+def _probes(w: _Where, where: str, raw: Any) -> tuple[ProbeSpec, ...]:
+    at = f"{where}.probes"
+    probes = tuple(_probe(w, f"{at}[{i}]", p) for i, p in enumerate(_array(w, where, raw, "probes")))
+    names = [p.name for p in probes]
+    if len(set(names)) != len(names):
+        raise w.fail(at, "a probe is listed twice")
+    return probes
+
+
+def _hunks(w: _Where, where: str, raw: Any, probes: tuple[ProbeSpec, ...]) -> tuple[Hunk, ...]:
+    """The paths the fix changes; with any declared, every expect field must belong to one."""
+    at, by_name = f"{where}.hunks", {p.name: p for p in probes}
+    hunk_list = [
+        path for i, h in enumerate(_array(w, where, raw, "hunks")) for path in _hunk(w, f"{at}[{i}]", h, by_name)
+    ]
+    if len({h.id for h in hunk_list}) != len(hunk_list):
+        raise w.fail(at, "a hunk id is listed twice")
+    if hunk_list:
+        covered = {pf for h in hunk_list for pf in h.observed()}
+        loose = [f"{p.name}:{f}" for p in probes for f in p.expect if (p.name, f) not in covered]
+        if loose:
+            raise w.fail(at, f"expect field(s) {loose} belong to no hunk")
+    return tuple(hunk_list)
+
+
+def _mutations(
+    w: _Where, where: str, raw: Any, probes: tuple[ProbeSpec, ...], hunk_list: tuple[Hunk, ...]
+) -> tuple[Mutation, ...]:
+    """The reverting mutations; every hunk must be reverted by at least one."""
+    at = f"{where}.mutations"
+    names, hunks = {p.name for p in probes}, {h.id: h for h in hunk_list}
+    mutations = tuple(
+        _mutation(w, f"{at}[{i}]", m, names, hunks) for i, m in enumerate(_array(w, where, raw, "mutations"))
+    )
+    names_m = [m.name for m in mutations]
+    if len(set(names_m)) != len(names_m):
+        raise w.fail(at, "a mutation name is listed twice")
+    unreverted = [h for h in hunks if not any(h in m.hunks for m in mutations)]
+    if unreverted:
+        raise w.fail(f"{where}.hunks", f"hunk(s) {unreverted} have no reverting mutation")
+    return mutations
 
 
 def _upstream_tests(w: _Where, where: str, value: Any) -> tuple[UpstreamTestFile, ...]:

@@ -206,21 +206,46 @@ def checksum_level(f: EngineFacts) -> Fact | None:
     return None
 
 
+_CHECKSUM_TITLE = "KV checksum enabled where supported and verifying"
+
+
 def gate_kv_checksum(facts: dict[str, EngineFacts], probe: Callable[[], tuple[bool, str]] | None) -> GateResult:
-    title = "KV checksum enabled where supported and verifying"
     evidence: list[Evidence] = []
+    for settled in (_checksum_unsupported, _checksum_settings):
+        result = settled(facts, evidence)
+        if result is not None:
+            return result
+    if probe is None:
+        detail = "on for both roles with the same settings (decode compares; no --router given for a live request)"
+        return _checksum("pass", detail, evidence)
+    ok, detail = probe()
+    evidence.append(Evidence("router", "live request", detail, "POST /generate"))
+    if not ok:
+        return _checksum("fail", f"on for both roles, but a live request failed: {detail}", evidence)
+    detail = (
+        "on for both roles with the same settings; a live request through the router was verified without a mismatch"
+    )
+    return _checksum("pass", detail, evidence)
+
+
+def _checksum(status: str, detail: str, evidence: list[Evidence]) -> GateResult:
+    return GateResult("kv-checksum", _CHECKSUM_TITLE, status, detail, evidence)
+
+
+def _checksum_unsupported(facts: dict[str, EngineFacts], evidence: list[Evidence]) -> GateResult | None:
+    """Context parallelism on either role: the checksum is not supported there."""
     for role in ROLES:
         for key in names.CHECKSUM_UNSUPPORTED_INFO_KEYS:
             fact = facts[role].info(key)
             if fact is not None and int(fact.value) > 1:
                 evidence.append(Evidence(role, key, fact.value, fact.source))
-                return GateResult(
-                    "kv-checksum",
-                    title,
-                    "not-applicable",
-                    f"{role} runs context parallelism ({key}={fact.value}): the checksum is not supported there",
-                    evidence,
-                )
+                detail = f"{role} runs context parallelism ({key}={fact.value}): the checksum is not supported there"
+                return _checksum("not-applicable", detail, evidence)
+    return None
+
+
+def _checksum_settings(facts: dict[str, EngineFacts], evidence: list[Evidence]) -> GateResult | None:
+    """Each role's checksum level: off on a side, not visible, or differing levels fail (or stay unknown)."""
     levels: dict[str, int] = {}
     unknown = []
     for role in ROLES:
@@ -232,54 +257,23 @@ def gate_kv_checksum(facts: dict[str, EngineFacts], probe: Callable[[], tuple[bo
             evidence.append(Evidence(role, "kv_checksum_level", fact.value, fact.source))
     off = [r for r, lv in levels.items() if lv <= 0]
     if off and len(off) < len(ROLES) and not unknown:
-        return GateResult(
-            "kv-checksum",
-            title,
-            "fail",
+        detail = (
             f"off on {', '.join(off)} only: decode skips the "
-            "comparison when one side ships no digest, so nothing is verified",
-            evidence,
+            "comparison when one side ships no digest, so nothing is verified"
         )
+        return _checksum("fail", detail, evidence)
     if off:
-        return GateResult("kv-checksum", title, "fail", f"off on {', '.join(off)}", evidence)
+        return _checksum("fail", f"off on {', '.join(off)}", evidence)
     if unknown:
-        return GateResult(
-            "kv-checksum",
-            title,
-            "unknown",
+        detail = (
             f"not visible on {', '.join(unknown)}: neither /server_info {names.CHECKSUM_FLAG_KEY} nor "
-            f"{names.CHECKSUM_ENV} in the given environment",
-            evidence,
+            f"{names.CHECKSUM_ENV} in the given environment"
         )
+        return _checksum("unknown", detail, evidence)
     if len(set(levels.values())) > 1:
-        return GateResult(
-            "kv-checksum",
-            title,
-            "fail",
-            f"levels differ ({levels}): the layout signatures disagree and decode skips the comparison",
-            evidence,
-        )
-    if probe is None:
-        return GateResult(
-            "kv-checksum",
-            title,
-            "pass",
-            "on for both roles with the same settings (decode compares; no --router given for a live request)",
-            evidence,
-        )
-    ok, detail = probe()
-    evidence.append(Evidence("router", "live request", detail, "POST /generate"))
-    if not ok:
-        return GateResult(
-            "kv-checksum", title, "fail", f"on for both roles, but a live request failed: {detail}", evidence
-        )
-    return GateResult(
-        "kv-checksum",
-        title,
-        "pass",
-        "on for both roles with the same settings; a live request through the router was verified without a mismatch",
-        evidence,
-    )
+        detail = f"levels differ ({levels}): the layout signatures disagree and decode skips the comparison"
+        return _checksum("fail", detail, evidence)
+    return None
 
 
 def router_probe(router: EngineClient, timeout_s: float = 60.0) -> Callable[[], tuple[bool, str]]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import select
 import signal
 import sys
 import time
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from difflab.probe import process, stubs
+from difflab.probe.loop import Loop
 from difflab.probe.source_server import SERVER_PRELOAD, SourceServer
 
 HUB_PRELOAD = ("torch", "numpy", "transformers", "openai", "compressed_tensors", "aiohttp", "fastapi")
@@ -63,7 +63,6 @@ class Handle:
     pid: int
     to_server: int
     lines: process.Lines
-    deadline: float | None
     log: str
     probes: set[int] = field(default_factory=set)
     closing: bool = False
@@ -76,41 +75,41 @@ class Hub:
     out: int
     pycache: str | None = None
     servers: dict[str, Handle] = field(default_factory=dict)
+    loop: Loop = field(default_factory=Loop)
+    watch: process.ChildWatch | None = None
+    inbox: process.Lines | None = None
 
     def serve(self) -> None:
+        """The hub's loop: requests on stdin, each server's events, ended children, import deadlines."""
         process.become_subreaper()  # probes of a server that died come back here, and are ended
-        watch = process.ChildWatch()
-        inbox = process.Lines(0)
-        while True:
-            fds = [inbox.fd, watch.rfd] + [h.lines.fd for h in self.servers.values() if not h.lines.eof]
-            deadlines = [h.deadline for h in self.servers.values() if h.deadline is not None]
-            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            readable, _, _ = select.select(fds, [], [], timeout)
-            if watch.rfd in readable:
-                watch.drain()
-            for handle in list(self.servers.values()):
-                if handle.lines.fd in readable:
-                    for msg in handle.lines.read():
-                        self.relay(handle, msg)
-            if inbox.fd in readable:
-                for msg in inbox.read():
-                    self.request(msg, watch)
-            ended = process.exited()
-            for pid, status in ended:
-                self.server_ended(pid, status)
-            if ended:
-                process.end_strays(keep={h.pid for h in self.servers.values()})
-            now = time.monotonic()
-            for handle in list(self.servers.values()):
-                if handle.deadline is not None and now >= handle.deadline:
-                    handle.deadline = None
-                    process.kill_group(handle.pid)
-                    self.fail(handle, "server did not finish importing in time; killed")
-            if inbox.eof:
-                for handle in self.servers.values():
-                    self.kill_server(handle)
-                process.end_strays()
-                os._exit(0)
+        self.watch = watch = process.ChildWatch()
+        self.inbox = inbox = process.Lines(0)
+        self.loop.read(watch.rfd, watch.drain)
+        self.loop.read(inbox.fd, lambda: [self.request(msg, watch) for msg in inbox.read()])
+        self.loop.run(self.after_wake)
+
+    def after_wake(self) -> None:
+        """Reap what ended; at end of input, end every server and leave."""
+        ended = process.exited()
+        for pid, status in ended:
+            self.server_ended(pid, status)
+        if ended:
+            process.end_strays(keep={h.pid for h in self.servers.values()})
+        if self.inbox is not None and self.inbox.eof:
+            for handle in self.servers.values():
+                self.kill_server(handle)
+            process.end_strays()
+            os._exit(0)
+
+    def server_said(self, handle: Handle) -> None:
+        for msg in handle.lines.read():
+            self.relay(handle, msg)
+        if handle.lines.eof:
+            self.loop.forget(handle.lines.fd)
+
+    def import_overdue(self, handle: Handle) -> None:
+        process.kill_group(handle.pid)
+        self.fail(handle, "server did not finish importing in time; killed")
 
     def request(self, msg: dict[str, Any], watch: process.ChildWatch) -> None:
         op, name = msg.get("op"), msg.get("server", "")
@@ -158,6 +157,7 @@ class Hub:
                 inherited = [self.out, watch.rfd, watch.wfd, to_w, from_r]
                 for h in self.servers.values():
                     inherited += [h.to_server, h.lines.fd]
+                self.loop.close()  # the server waits on a loop of its own
                 watch.close()
                 for fd in inherited:
                     with contextlib.suppress(OSError):
@@ -177,13 +177,16 @@ class Hub:
                 os._exit(process.EXIT_CRASH)
         os.close(to_r)
         os.close(from_w)
-        timeout = float(msg.get("timeout_s") or 600.0)
-        self.servers[name] = Handle(name, pid, to_w, process.Lines(from_r), time.monotonic() + timeout, msg["log"])
+        handle = Handle(name, pid, to_w, process.Lines(from_r), msg["log"])
+        self.servers[name] = handle
+        self.loop.read(from_r, lambda: self.server_said(handle))
+        deadline = time.monotonic() + float(msg.get("timeout_s") or 600.0)
+        self.loop.at(("import", name), deadline, lambda: self.import_overdue(handle))
 
     def relay(self, handle: Handle, msg: dict[str, Any]) -> None:
         event = msg.get("event")
         if event == "ready":
-            handle.deadline = None
+            self.loop.cancel(("import", handle.name))
         elif event == "started":
             handle.probes.add(int(msg["pid"]))
         elif event == "done" and msg.get("pid"):
@@ -218,6 +221,8 @@ class Hub:
     def close_handle(self, handle: Handle) -> None:
         if self.servers.pop(handle.name, None) is None:
             return
+        self.loop.forget(handle.lines.fd)
+        self.loop.cancel(("import", handle.name))
         for fd in (handle.to_server, handle.lines.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)

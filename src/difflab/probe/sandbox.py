@@ -158,10 +158,20 @@ def bytecode_folder(source_root: str | None) -> Path | None:
     folder = Path(prefix) / source_root.lstrip(os.sep) if source_root else Path(prefix)
     folder.mkdir(parents=True, exist_ok=True)
     if source_root:
-        # What keeps a cache beside the bytecode (the harness's construction index, found through
-        # $PYTHONPYCACHEPREFIX) keeps it with this build's bytecode too, where this process may write.
+        # The processes this one starts write their bytecode where this one may write too.
         os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+        _build_folder[:] = [folder]
     return folder
+
+
+_build_folder: list[Path] = []
+"""The bytecode folder of the build this process imports, once :func:`bytecode_folder` named it."""
+
+
+def build_cache_folder(name: str) -> Path | None:
+    """A folder for ``name``'s cache of facts read from this build's source, beside the build's bytecode
+    (the one place besides the temporary folder such a process may write); None where no build was named."""
+    return _build_folder[0] / name if _build_folder else None
 
 
 _writable: list[Path] = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from typing import Any
 from difflab.probe import sandbox, stubs
 from difflab.probe.bench import bench_main
 from difflab.probe.child import run_probe, write_atomic
+from difflab.probe.loop import Loop
 from difflab.probe.process import (
     EXIT_CRASH,
     ChildWatch,
@@ -101,10 +101,25 @@ class SourceServer:
     pycache: str | None = None
     running: dict[int, Running] = field(default_factory=dict)
 
+    loop: Loop = field(default_factory=Loop)
+    watch: ChildWatch | None = None
+    inbox_lines: Lines | None = None
+
     def serve(self) -> None:
+        """Import the source, say ``ready``, then serve requests until ``close`` or end of input."""
         redirect_output(self.log)
         become_subreaper()  # a probe's escaped descendants come back here when it ends
         sandbox.confine_to_build(self.root)  # before the build's first import: its writes narrowed to its own
+        ready = self.import_source()
+        self.watch = watch = ChildWatch()
+        write_line(self.outbox, ready | {"threads": thread_count()})
+        self.inbox_lines = inbox = Lines(self.inbox)
+        self.loop.read(watch.rfd, watch.drain)
+        self.loop.read(inbox.fd, lambda: [self.request(msg) for msg in inbox.read()])
+        self.loop.run(self.after_wake)
+
+    def import_source(self) -> dict[str, Any]:
+        """The source's SGLang imported once, for every probe forked from here; the ``ready`` event."""
         started, cpu = time.perf_counter(), time.process_time()
         sys.path.insert(1, self.root)
         child_path = os.environ.get("PYTHONPATH", "")
@@ -119,59 +134,49 @@ class SourceServer:
         imported = [
             name for name, module in list(sys.modules.items()) if name not in before and not self.own(name, module)
         ]
-        watch = ChildWatch()
-        threads = thread_count()
-        write_line(
-            self.outbox,
-            {
-                "event": "ready",
-                "server": self.name,
-                "pid": os.getpid(),
-                "preloaded": done,
-                "failed": failed,
-                "threads": threads,
-                "import_s": round(time.perf_counter() - started, 3),
-                "import_cpu_s": round(time.process_time() - cpu, 3),
-                "imported": imported,
-            },
-        )
-        inbox = Lines(self.inbox)
-        while True:
-            deadlines = [r.deadline for r in self.running.values() if not r.timed_out]
-            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            benches = {r.from_child.fd: r for r in self.running.values() if r.from_child and not r.from_child.eof}
-            readable, _, _ = select.select([inbox.fd, watch.rfd, *benches], [], [], timeout)
-            if watch.rfd in readable:
-                watch.drain()
-            for fd, run in benches.items():
-                if fd in readable:
-                    self.relay(run)
-            ended = exited(before_reap=self.end_group)
-            for pid, status in ended:
-                self.finished(pid, status)
-            if ended:
-                end_strays(keep=self.running)  # what the probes that ended left behind
-            for msg in inbox.read() if inbox.fd in readable else []:
-                op = msg.get("op")
-                if op == "run":
-                    self.start(msg, watch)
-                elif op == "bench":
-                    self.start_bench(msg, watch)
-                elif op in ("round", "end"):
-                    self.pass_on(msg)
-                elif op == "close":
-                    inbox.eof = True
-            now = time.monotonic()
+        return {
+            "event": "ready",
+            "server": self.name,
+            "pid": os.getpid(),
+            "preloaded": done,
+            "failed": failed,
+            "import_s": round(time.perf_counter() - started, 3),
+            "import_cpu_s": round(time.process_time() - cpu, 3),
+            "imported": imported,
+        }
+
+    def request(self, msg: dict[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "run":
+            self.start(msg)
+        elif op == "bench":
+            self.start_bench(msg)
+        elif op in ("round", "end"):
+            self.pass_on(msg)
+        elif op == "close" and self.inbox_lines is not None:
+            self.inbox_lines.eof = True
+
+    def after_wake(self) -> None:
+        """Reap the probes that ended (each reported ``done``); at ``close`` or end of input, end all and leave."""
+        ended = exited(before_reap=self.end_group)
+        for pid, status in ended:
+            self.finished(pid, status)
+        if ended:
+            end_strays(keep=self.running)  # what the probes that ended left behind
+        if self.inbox_lines is not None and self.inbox_lines.eof:
             for r in self.running.values():
-                if not r.timed_out and now >= r.deadline:
-                    r.timed_out = True
-                    kill_group(r.pid)
-            if inbox.eof:
-                for r in self.running.values():
-                    kill_group(r.pid)
-                end_strays()
-                write_line(self.outbox, {"event": "closed", "server": self.name})
-                os._exit(0)
+                kill_group(r.pid)
+            end_strays()
+            write_line(self.outbox, {"event": "closed", "server": self.name})
+            os._exit(0)
+
+    def overdue(self, run: Running) -> None:
+        run.timed_out = True
+        kill_group(run.pid)
+
+    def watch_until(self, run: Running, deadline: float) -> None:
+        run.deadline = deadline
+        self.loop.at(("probe", run.pid), deadline, lambda: self.overdue(run))
 
     def own(self, name: str, module: Any) -> bool:
         """A module of this source (or the lab's): not for the hub to preload for every source."""
@@ -201,17 +206,18 @@ class SourceServer:
             )
         return threads > 1
 
-    def start(self, req: dict[str, Any], watch: ChildWatch) -> None:
+    def start(self, req: dict[str, Any]) -> None:
         if self.refuse_unsafe(req):
             return
         pid = fork_child()
         if pid == 0:
-            probe_main(req, self.log, [self.inbox, self.outbox, watch.rfd, watch.wfd, *self.bench_fds()])
+            probe_main(req, self.log, self.forked_child_closes())
         now = time.monotonic()
-        self.running[pid] = Running(req["job"], pid, now + float(req.get("timeout_s") or 180.0), now)
+        run = self.running[pid] = Running(req["job"], pid, 0.0, now)
+        self.watch_until(run, now + float(req.get("timeout_s") or 180.0))
         write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})
 
-    def start_bench(self, req: dict[str, Any], watch: ChildWatch) -> None:
+    def start_bench(self, req: dict[str, Any]) -> None:
         """Fork a throughput bench child with a pipe each way; it waits for its first ``round``."""
         if self.refuse_unsafe(req):
             return
@@ -219,25 +225,27 @@ class SourceServer:
         from_r, from_w = os.pipe()
         pid = fork_child()
         if pid == 0:
-            closing = [self.inbox, self.outbox, watch.rfd, watch.wfd, to_w, from_r, *self.bench_fds()]
-            bench_main(req, self.log, closing, to_r, from_w)
+            bench_main(req, self.log, [*self.forked_child_closes(), to_w, from_r], to_r, from_w)
         os.close(to_r)
         os.close(from_w)
         now = time.monotonic()
-        deadline = now + float(req.get("timeout_s") or 180.0)
-        self.running[pid] = Running(req["job"], pid, deadline, now, to_child=to_w, from_child=Lines(from_r))
+        run = self.running[pid] = Running(req["job"], pid, 0.0, now, to_child=to_w, from_child=Lines(from_r))
+        self.watch_until(run, now + float(req.get("timeout_s") or 180.0))
+        self.loop.read(from_r, lambda: self.relay(run))
         write_line(self.outbox, {"event": "started", "server": self.name, "job": req["job"], "pid": pid})
 
-    def bench_fds(self) -> list[int]:
-        """The server's ends of its bench children's pipes (a new child must not hold them)."""
-        return [fd for r in self.running.values() if r.from_child for fd in (r.to_child, r.from_child.fd) if fd]
+    def forked_child_closes(self) -> list[int]:
+        """What a new probe process must not hold: the server's pipes, its loop and its bench children's pipes."""
+        assert self.watch is not None
+        own = [self.inbox, self.outbox, self.watch.rfd, self.watch.wfd, self.loop.fileno()]
+        return own + [fd for r in self.running.values() if r.from_child for fd in (r.to_child, r.from_child.fd) if fd]
 
     def pass_on(self, req: dict[str, Any]) -> None:
         """A ``round`` or ``end`` for a bench child: written to its inbox, its deadline moved."""
         run = next((r for r in self.running.values() if r.job == req.get("job") and r.to_child), None)
         if run is None or run.timed_out:
             return  # it ended: its ``done`` event says how
-        run.deadline = time.monotonic() + float(req.get("timeout_s") or 180.0)
+        self.watch_until(run, time.monotonic() + float(req.get("timeout_s") or 180.0))
         with contextlib.suppress(OSError):  # it died meanwhile; ``done`` follows
             write_line(run.to_child, {k: v for k, v in req.items() if k not in ("server", "job", "timeout_s")})
 
@@ -246,13 +254,17 @@ class SourceServer:
         assert run.from_child is not None
         for msg in run.from_child.read_all():
             write_line(self.outbox, {**msg, "server": self.name, "job": run.job})
+        if run.from_child.eof:
+            self.loop.forget(run.from_child.fd)
 
     def finished(self, pid: int, status: int) -> None:
         run = self.running.pop(pid, None)
         if run is None:
             return
+        self.loop.cancel(("probe", pid))
         if run.from_child is not None:
             self.relay(run)  # its last words come before its ``done``
+            self.loop.forget(run.from_child.fd)
             for fd in (run.to_child, run.from_child.fd):
                 with contextlib.suppress(OSError):
                     os.close(fd)  # type: ignore[arg-type]

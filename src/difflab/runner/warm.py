@@ -195,6 +195,115 @@ class _Server:
 
 
 @dataclass
+class _Run:
+    """One call of :meth:`WarmRunner.run`: its jobs, where their observations go, and its folder."""
+
+    jobs: Sequence[ProbeJob]
+    results: list[Observation | None]
+    fallback: dict[int, str]
+    """Job index -> why the warm path could not run it (each such job runs again in a fresh process)."""
+    on_done: Progress | None
+    work: Path
+
+
+@dataclass
+class _Schedule:
+    """The lab's side of the warm protocol for one run: which servers are open, which probes run.
+
+    One loop (:meth:`run`): open servers while fewer than ``workers`` are, send probes while
+    fewer than ``parallel`` run, then wait for the hub's next event and apply it.
+    """
+
+    runner: WarmRunner
+    hub: _Hub
+    batch: _Run
+    waiting: deque[tuple[str, deque[int]]] = field(default_factory=deque)
+    servers: dict[str, _Server] = field(default_factory=dict)
+    running: int = 0
+
+    def __post_init__(self) -> None:
+        by_source: dict[tuple[str, str], deque[int]] = {}
+        for i, job in enumerate(self.batch.jobs):
+            by_source.setdefault((str(job.source.root), job.source.digest), deque()).append(i)
+        # The sources with the most probes first: the last server to open then has the least to do,
+        # so the run does not end on one core while the other idles.
+        self.waiting = deque((root, idx) for (root, _), idx in sorted(by_source.items(), key=lambda kv: -len(kv[1])))
+
+    def run(self) -> None:
+        watchdog = max(j.timeout_s for j in self.batch.jobs) + START_TIMEOUT_S
+        while self.waiting or self.servers:
+            self.open_servers()
+            for server in list(self.servers.values()):
+                self.feed(server)
+            if self.servers:
+                self.apply(self.hub.next_event(watchdog))
+
+    def open_servers(self) -> None:
+        while self.waiting and len(self.servers) < self.runner.workers:
+            root, idx = self.waiting.popleft()
+            server = _Server(name=self.runner.server_name(), pending=idx)
+            self.servers[server.name] = server
+            log = str(self.batch.work / f"{server.name}.log")
+            preload = list(self.runner.server_preload)
+            self.hub.send(
+                {"op": "open", "server": server.name, "root": root, "preload": preload, "log": log}
+                | {"timeout_s": START_TIMEOUT_S}
+            )
+
+    def feed(self, server: _Server) -> None:
+        """Send a ready server's probes while cores are free; close it once it has nothing left."""
+        if not server.ready:
+            return
+        while server.pending and self.running < self.runner.parallel:
+            i = server.pending.popleft()
+            self.hub.send(self.runner._run_request(server.name, i, self.batch.jobs[i], self.batch.work))
+            server.running.add(i)
+            self.running += 1
+        if not server.pending and not server.running:
+            self.hub.send({"op": "close", "server": server.name})
+            self.servers.pop(server.name)
+
+    def apply(self, event: dict[str, Any]) -> None:
+        server = self.servers.get(event.get("server", ""))
+        kind = event.get("event")
+        if server is None:
+            return
+        if kind == "ready":
+            server.ready = True
+            server.import_s = event.get("import_s")
+            self.runner._learn(list(event.get("imported") or []))
+            keep = ("server", "import_s", "import_cpu_s", "failed")
+            self.runner.stats["servers"].append({k: event.get(k) for k in keep})
+        elif kind == "server-failed":
+            self.give_up(server, f"{event.get('reason')}\n{event.get('log', '')}".strip())
+        elif kind == "done":
+            self.done(server, event)
+
+    def done(self, server: _Server, event: dict[str, Any]) -> None:
+        i = int(event["job"])
+        if i not in server.running:
+            return
+        server.running.discard(i)
+        self.running -= 1
+        if event.get("unsafe"):
+            self.runner._note_fallback(f"server {server.name}: {event['unsafe']}", [i], self.batch.fallback)
+            return
+        self.runner.stats["probe_wall_s"].append(event.get("wall_s"))
+        obs = self.runner._observation(self.batch.jobs[i], event, self.batch.work / f"j{i}")
+        self.batch.results[i] = obs
+        if self.batch.on_done:
+            self.batch.on_done(obs)
+
+    def give_up(self, server: _Server, reason: str) -> None:
+        """A server that failed: its probes, running or waiting, go to fresh processes."""
+        self.running -= len(server.running)
+        self.runner._note_fallback(
+            f"server {server.name}: {reason}", [*server.running, *server.pending], self.batch.fallback
+        )
+        self.servers.pop(server.name, None)
+
+
+@dataclass
 class WarmRunner:
     """``--backend warm``: one forking server per SGLang source (the default back end)."""
 
@@ -251,12 +360,11 @@ class WarmRunner:
             return []
         child_root = childlib.stage(self.cache)
         fallback: dict[int, str] = {}
-        """Job index -> why the warm path could not run it (each such job runs again in a fresh process)."""
         work = Path(tempfile.mkdtemp(prefix="difflab-warm-run-"))
         try:
             try:
                 hub = self._hub_for(child_root)
-                self._schedule(hub, jobs, results, fallback, on_done, work)
+                _Schedule(self, hub, _Run(jobs, results, fallback, on_done, work)).run()
             except WarmUnavailable as exc:
                 self.close()
                 left = [i for i, r in enumerate(results) if r is None and i not in fallback]
@@ -349,89 +457,6 @@ class WarmRunner:
 
     def _write_learned(self, modules: list[str]) -> None:
         write_atomic(self._learned_file(), "\n".join(modules) + "\n")
-
-    def _schedule(
-        self,
-        hub: _Hub,
-        jobs: Sequence[ProbeJob],
-        results: list[Observation | None],
-        fallback: dict[int, str],
-        on_done: Progress | None,
-        work: Path,
-    ) -> None:
-        """Open servers source by source, keep ``parallel`` probes running, turn events into observations."""
-        by_source: dict[tuple[str, str], deque[int]] = {}
-        for i, job in enumerate(jobs):
-            by_source.setdefault((str(job.source.root), job.source.digest), deque()).append(i)
-        # The sources with the most probes first: the last server to open then has the least to do,
-        # so the run does not end on one core while the other idles.
-        waiting = deque(sorted(by_source.items(), key=lambda item: -len(item[1])))
-        servers: dict[str, _Server] = {}
-        running = 0
-        watchdog = max(j.timeout_s for j in jobs) + START_TIMEOUT_S
-
-        def finish(i: int, obs: Observation) -> None:
-            results[i] = obs
-            if on_done:
-                on_done(obs)
-
-        def give_up(server: _Server, reason: str) -> None:
-            nonlocal running
-            idx = [*server.running, *server.pending]
-            running -= len(server.running)
-            self._note_fallback(f"server {server.name}: {reason}", idx, fallback)
-            servers.pop(server.name, None)
-
-        while waiting or servers:
-            while waiting and len(servers) < self.workers:
-                (root, _digest), idx = waiting.popleft()
-                server = _Server(name=self.server_name(), pending=idx)
-                servers[server.name] = server
-                hub.send(
-                    {
-                        "op": "open",
-                        "server": server.name,
-                        "root": root,
-                        "preload": list(self.server_preload),
-                        "log": str(work / f"{server.name}.log"),
-                        "timeout_s": START_TIMEOUT_S,
-                    }
-                )
-            for server in list(servers.values()):
-                while server.ready and server.pending and running < self.parallel:
-                    i = server.pending.popleft()
-                    hub.send(self._run_request(server.name, i, jobs[i], work))
-                    server.running.add(i)
-                    running += 1
-                if server.ready and not server.pending and not server.running:
-                    hub.send({"op": "close", "server": server.name})
-                    servers.pop(server.name)
-            if not servers:
-                continue
-            event = hub.next_event(watchdog)
-            server = servers.get(event.get("server", ""))
-            if server is None:
-                continue
-            kind = event.get("event")
-            if kind == "ready":
-                server.ready = True
-                server.import_s = event.get("import_s")
-                self._learn(list(event.get("imported") or []))
-                keep = ("server", "import_s", "import_cpu_s", "failed")
-                self.stats["servers"].append({k: event.get(k) for k in keep})
-            elif kind == "server-failed":
-                give_up(server, f"{event.get('reason')}\n{event.get('log', '')}".strip())
-            elif kind == "done":
-                i = int(event["job"])
-                if i not in server.running:
-                    continue
-                server.running.discard(i)
-                running -= 1
-                if event.get("unsafe"):
-                    self._note_fallback(f"server {server.name}: {event['unsafe']}", [i], fallback)
-                    continue
-                self.stats["probe_wall_s"].append(event.get("wall_s"))
-                finish(i, self._observation(jobs[i], event, work / f"j{i}"))
 
     def _run_request(self, server: str, i: int, job: ProbeJob, work: Path) -> dict[str, Any]:
         folder = work / f"j{i}"

@@ -17,13 +17,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from difflab.extras import require
+from difflab.stats.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, Bootstrap
 
 if TYPE_CHECKING:
     import numpy as np
-
-DEFAULT_SEED = 20261026
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -153,15 +150,15 @@ def compare(
     head: Sequence[float],
     *,
     higher_is_better: bool,
-    resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
+    bootstrap: Bootstrap | None = None,
     alpha: float | None = None,
 ) -> Comparison:
     """Compare one metric's per-round samples (fixed seed: the same samples give the same interval).
 
     ``alpha`` is the rank test's threshold (default ``1 - confidence``).
     """
+    settings = bootstrap or Bootstrap()
+    resamples, confidence, seed = settings.resamples, settings.confidence, settings.seed
     b, h = _checked(f"{metric} base", base), _checked(f"{metric} head", head)
     low, high = bootstrap_rel_diff_ci(b, h, resamples=resamples, confidence=confidence, seed=seed)
     return Comparison(

@@ -29,10 +29,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from difflab.extras import require
+from difflab.stats.bootstrap import Bootstrap
 
-DEFAULT_SEED = 20261026
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_CONFIDENCE = 0.95
+
+@dataclass(frozen=True)
+class PairedGate:
+    """When a paired comparison is a change: the rank test's ``alpha``, the smallest ratio that counts
+    (``1 ± min_effect``), and the widest interval that still says "no change" (``± max_spread``)."""
+
+    alpha: float
+    min_effect: float
+    max_spread: float
+
+
 MARKS = {"slower": "+", "faster": "-", "same": "~", "unstable": "?"}
 """asv's marks, and ``?`` for a measurement too noisy to give one."""
 
@@ -158,18 +167,11 @@ def wilcoxon_p(d: Sequence[float]) -> float:
 
 
 def compare_paired(
-    metric: str,
-    base: Sequence[float],
-    head: Sequence[float],
-    *,
-    alpha: float,
-    min_effect: float,
-    max_spread: float,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
+    metric: str, base: Sequence[float], head: Sequence[float], *, gate: PairedGate, bootstrap: Bootstrap | None = None
 ) -> PairedComparison:
     """Judge ``head[r]`` against ``base[r]`` pair by pair (the same seed gives the same interval)."""
+    settings = bootstrap or Bootstrap()
+    resamples, confidence, seed = settings.resamples, settings.confidence, settings.seed
     d = _log_ratios(metric, base, head)
     low, high = bootstrap_median_ci(d, resamples=resamples, confidence=confidence, seed=seed)
     return PairedComparison(
@@ -181,7 +183,7 @@ def compare_paired(
         ratio_high=math.exp(high),
         confidence=confidence,
         p_value=wilcoxon_p(d),
-        alpha=alpha,
-        min_effect=min_effect,
-        max_spread=max_spread,
+        alpha=gate.alpha,
+        min_effect=gate.min_effect,
+        max_spread=gate.max_spread,
     )

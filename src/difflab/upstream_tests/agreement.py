@@ -60,26 +60,45 @@ def _text(probe: str, summary: str, own: str | None, agrees: bool | None, disagr
 def pair_agreement(probe: str, rows: Sequence[RowLike]) -> Agreement:
     """Base against head: the probe's verdict beside each test's change."""
     owned = [r for r in rows if r.own]
-    judged = owned or list(rows)
     changes = {r.id: r.change or "" for r in rows}
     disagreements: list[str] = []
     agrees: bool | None = None
     if probe in PAIR_SAYS_FIXED:
-        said = {"regressed": "regressed (passes on the base, fails on the head)"}
-        own_said = {"still-failing": "fails on both sides", "still-passing": "passes on the base too"}
-        disagreements += [f"{short(r.id)} {said[changes[r.id]]}" for r in rows if changes[r.id] in said]
-        disagreements += [f"{short(r.id)} {own_said[changes[r.id]]}" for r in owned if changes[r.id] in own_said]
-        agrees = True if any(changes[r.id] == "fixed" for r in judged) else None
+        disagreements, agrees = _against_fixed(rows, owned, changes)
     elif probe in PAIR_SAYS_NOT:
-        fixed = [r for r in judged if changes[r.id] == "fixed"]
-        disagreements += [f"{short(r.id)} fixed (fails on the base, passes on the head)" for r in fixed]
-        seen = "still-failing" if probe == "not-fixed" else "still-passing"
-        agrees = True if any(changes[r.id] == seen for r in owned) else None
+        disagreements, agrees = _against_not_fixed(probe, owned or list(rows), owned, changes)
     if disagreements:
         agrees = False
     summary = count_text(counts([r.change or "" for r in rows], CHANGES))
     own = count_text(counts([r.change or "" for r in owned], CHANGES)) if owned else None
     return Agreement(probe, _text(probe, summary, own, agrees, disagreements), agrees, disagreements)
+
+
+_REGRESSED = {"regressed": "regressed (passes on the base, fails on the head)"}
+_OWN_UNCHANGED = {"still-failing": "fails on both sides", "still-passing": "passes on the base too"}
+
+
+def _against_fixed(
+    rows: Sequence[RowLike], owned: list[RowLike], changes: dict[str, str]
+) -> tuple[list[str], bool | None]:
+    """The probe says fixed: any test that regressed, and any of the fix's own tests that did not change, disagree."""
+    disagreements = [f"{short(r.id)} {_REGRESSED[changes[r.id]]}" for r in rows if changes[r.id] in _REGRESSED]
+    disagreements += [
+        f"{short(r.id)} {_OWN_UNCHANGED[changes[r.id]]}" for r in owned if changes[r.id] in _OWN_UNCHANGED
+    ]
+    judged = owned or list(rows)
+    return disagreements, True if any(changes[r.id] == "fixed" for r in judged) else None
+
+
+def _against_not_fixed(
+    probe: str, judged: list[RowLike], owned: list[RowLike], changes: dict[str, str]
+) -> tuple[list[str], bool | None]:
+    """The probe says not fixed (or not broken): a test the head fixed disagrees."""
+    disagreements = [
+        f"{short(r.id)} fixed (fails on the base, passes on the head)" for r in judged if changes[r.id] == "fixed"
+    ]
+    seen = "still-failing" if probe == "not-fixed" else "still-passing"
+    return disagreements, True if any(changes[r.id] == seen for r in owned) else None
 
 
 def single_agreement(verdict: str, side: str, rows: Sequence[RowLike]) -> Agreement:

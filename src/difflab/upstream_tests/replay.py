@@ -155,26 +155,33 @@ def _rows(fix: Fix, files: list[TestFile], sides: dict[str, SideRun], pair: tupl
     for run in sides.values():
         ids += [tid for tid in run.tests if tid not in ids]
     for file in files:
-        real = [tid for tid in ids if tid.startswith(f"{file.id}::") and not tid.endswith("::(import)")]
-        for run in sides.values():
-            shared = _import_only(run, file.id)
-            if shared is None or not real:
-                continue
-            run.tests.pop(f"{file.id}::(import)", None)
-            for tid in real:
-                run.tests.setdefault(tid, shared)
-        if real:
-            ids = [tid for tid in ids if tid != f"{file.id}::(import)"]
-    rows = []
-    for tid in ids:
-        outcomes = {name: run.tests[tid] for name, run in sides.items() if tid in run.tests}
-        row = Row(tid, tid in own, outcomes)
-        if pair and all(sides[s].status == "ok" for s in pair):
-            row.change = change(outcomes.get(pair[0]), outcomes.get(pair[1]))
-        elif pair:
-            row.change = "only-base" if pair[0] in outcomes else "only-head"
-        rows.append(row)
-    return rows
+        ids = _spread_import_failure(file, ids, sides)
+    return [_row(tid, tid in own, sides, pair) for tid in ids]
+
+
+def _spread_import_failure(file: TestFile, ids: list[str], sides: dict[str, SideRun]) -> list[str]:
+    """A side where ``file`` failed to import fails each of its tests seen elsewhere, not one ``(import)`` test."""
+    real = [tid for tid in ids if tid.startswith(f"{file.id}::") and not tid.endswith("::(import)")]
+    if not real:
+        return ids
+    for run in sides.values():
+        shared = _import_only(run, file.id)
+        if shared is None:
+            continue
+        run.tests.pop(f"{file.id}::(import)", None)
+        for tid in real:
+            run.tests.setdefault(tid, shared)
+    return [tid for tid in ids if tid != f"{file.id}::(import)"]
+
+
+def _row(tid: str, own: bool, sides: dict[str, SideRun], pair: tuple[str, str] | None) -> Row:
+    outcomes = {name: run.tests[tid] for name, run in sides.items() if tid in run.tests}
+    row = Row(tid, own, outcomes)
+    if pair and all(sides[s].status == "ok" for s in pair):
+        row.change = change(outcomes.get(pair[0]), outcomes.get(pair[1]))
+    elif pair:
+        row.change = "only-base" if pair[0] in outcomes else "only-head"
+    return row
 
 
 def replay(plans: list[Plan], env: SharedEnvironment, say: Say | None = None) -> list[FixReplay]:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from difflab.errors import DifflabError
 from difflab.gpu.bench import AB_METRICS, BenchResult
 from difflab.observation import SIDES
+from difflab.stats.bootstrap import Bootstrap
 from difflab.stats.compare import Comparison, compare
 
 THROUGHPUT = "gpu_throughput_ab"
@@ -90,7 +91,7 @@ def run_ab(sides: dict[str, SideLoad], rounds: int, out_dir: Path, seed: int) ->
                 ab.samples("base", metric),
                 ab.samples("head", metric),
                 higher_is_better=higher,
-                seed=seed,
+                bootstrap=Bootstrap(seed=seed),
             )
     except ValueError as exc:
         ab.comparisons = {}
