@@ -139,6 +139,29 @@ def _live_dockerd(pidfile: Path) -> int | None:
     return pid if b"dockerd" in cmdline else None
 
 
+def _answered(proc: subprocess.Popen[bytes], sock: Path) -> str | None:
+    """The storage driver the daemon on ``sock`` reports, once it answers (None: it died or never did)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sock.exists():
+            answered = _answers(f"unix://{sock}")
+            if answered:
+                return answered
+        time.sleep(0.3)
+    return None
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a daemon that did not come up, killing it if it ignores the request."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tuple[Engine | None, list[str]]:
     """Try each storage driver in turn; the first daemon that answers wins."""
     notes: list[str] = []
@@ -163,15 +186,7 @@ def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tup
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with(os.getpid())
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        answered = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            if sock.exists():
-                answered = _answers(f"unix://{sock}")
-                if answered:
-                    break
-            time.sleep(0.3)
-        if answered == driver:
+        if _answered(proc, sock) == driver:
             if lock is not None:
                 Path(str(data_root) + ".pid").write_text(f"{proc.pid}\n")
             return Engine(
@@ -186,13 +201,7 @@ def start(dockerd: str, folder: Path, drivers: tuple[str, ...] = DRIVERS) -> tup
             ), notes
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
         notes.append(f"dockerd --storage-driver={driver} did not come up: {' | '.join(tail)}")
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop(proc)
         if lock is not None:
             lock.release()
         for stale in (sock, folder / "d.pid"):

@@ -96,6 +96,17 @@ def unit_graph() -> dict[str, set[str]]:
     return graph
 
 
+def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]:
+    """Tarjan's pop: the units above ``root`` on the stack, ``root`` included, form one component."""
+    component = []
+    while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == root:
+            return component
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Every strongly connected component with more than one unit (Tarjan)."""
     index: dict[str, int] = {}
@@ -115,13 +126,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif w in on_stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
+            component = _pop_component(stack, on_stack, v)
             if len(component) > 1:
                 found.append(sorted(component))
 
