@@ -414,6 +414,7 @@ def _constructing(kit: Kit, seen: dict[str, Any]) -> Iterator[None]:
         stack.enter_context(swapped(entry.kv_cache_builder, "build_kv_cache", _kv_cache(kit, seen)))
         stack.enter_context(swapped(entry, "psutil", _parent(kit, seen.setdefault("signals", []))))
         seen["sockets"].swapped_everywhere(stack)
+        _one_rank_pipeline(stack)
         boot = getattr(entry, "bootstrap", None)
         if boot is not None:
             for name in ("init_parallel_runtime", "init_layer_runtime"):
@@ -423,6 +424,22 @@ def _constructing(kit: Kit, seen: dict[str, Any]) -> Iterator[None]:
 
 
 _GROUPS: list[Any] = []
+
+
+def _one_rank_pipeline(stack: contextlib.ExitStack) -> None:
+    """Up to 0.5.20 a transport back end's manager asks ``get_pp_group()`` (prefill): the 1-rank pipeline group."""
+    import sys
+
+    from sglang.srt.distributed import parallel_state
+
+    from harness.runtime import swapped
+
+    if getattr(parallel_state, "_PP", 0) is not None:
+        return
+    group, real = _GROUPS[0]["pp_group"], parallel_state.get_pp_group
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.srt.disaggregation") and getattr(module, "get_pp_group", None) is real:
+            stack.enter_context(swapped(module, "get_pp_group", lambda: group))
 
 
 def one_rank_groups(kit: Kit) -> None:

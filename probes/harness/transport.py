@@ -192,6 +192,8 @@ class Bootstrap:
             return _Response(404, f"no prefill TP rank {rank}")
         if parsed.path == "/query_dp_ranks":
             return _Response(200, {str(room): 0 for room in (payload or {}).get("bootstrap_rooms", [])})
+        if parsed.path == "/route" and method == "PUT":  # a prefill rank registers itself
+            return _Response(200, "registered")
         if parsed.path == "/health":
             return _Response(200, "ok")
         raise self.kit.intended_failure("the bootstrap server does not know this URL", ConnectionError)(
