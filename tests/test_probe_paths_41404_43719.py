@@ -149,18 +149,18 @@ def test_only_the_deferred_release_switches_and_timeout_are_forced_and_fix_state
         decode, prefill = obs[("41404", release)], obs[("43719a", release)]
         # decode: the switch an operator sets, the timeout of one scenario, the capability of one control
         assert {f["attribute"] for f in decode["forced"]} == {
-            "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE",
+            "environ.enable_deferred_decode_kv_release",
             "transfer_queue.deferred_kv_release_timeout",
             "decode_kv_mgr.enable_deferred_decode_kv_release",
         }
-        switch = {f["build_default"] for f in decode["forced"] if f["attribute"].startswith("SGLANG_")}
+        switch = {f["build_default"] for f in decode["forced"] if f["attribute"].startswith("environ.")}
         assert switch == {release >= FIRST_FIXED["41404"]}, (release, switch)
         timeouts = {f["build_default"] for f in decode["forced"] if f["attribute"].endswith("_timeout")}
         assert timeouts == {30.0}, (release, timeouts)
         # the decode side's queue and managers ran their own constructors: nothing read from source text
         assert not [d for d in decode["defaults"] if d["attribute"].startswith(("transfer_queue.", "decode_kv_mgr."))]
         # prefill: the same switch; its Mooncake manager ran its own constructor in the wired prefill server
-        assert {f["attribute"] for f in prefill["forced"]} == {"SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"}
+        assert {f["attribute"] for f in prefill["forced"]} == {"environ.enable_deferred_decode_kv_release"}
         assert not [d for d in prefill["defaults"] if d["attribute"].startswith("prefill_kv_mgr.")]
 
 

@@ -70,6 +70,8 @@ class WarningLog(logging.Handler):
 # --- the decode server as the build's start-up wires it ---------------------------------------------
 DEFERRED_SWITCH = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
 """Deferred release is switched on as an operator does (False by default up to 0.5.20, True from 0.5.21)."""
+SWITCH_NAME = "environ.enable_deferred_decode_kv_release"
+"""How the forced switch is reported (the note reads "deferred decode KV release is ... by default")."""
 
 
 @dataclass
@@ -223,7 +225,7 @@ def _deferred_release_forced(kit: Kit, stack: contextlib.ExitStack) -> None:
     from sglang.srt.environ import envs
 
     switch = getattr(envs, DEFERRED_SWITCH)
-    kit.forced_flag(DEFERRED_SWITCH, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
+    kit.forced_flag(SWITCH_NAME, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
     stack.enter_context(switch.override(True))
 
 

@@ -267,13 +267,13 @@ def _wired_manager(kit: Kit) -> Any:
     """
     from sglang.srt.environ import envs
 
-    from harness.decode_kv import DEFERRED_SWITCH, _import_transport
+    from harness.decode_kv import DEFERRED_SWITCH, SWITCH_NAME, _import_transport
     from harness.server import start
     from harness.transport import Transport
 
     _import_transport("mooncake")
     switch = getattr(envs, DEFERRED_SWITCH)
-    kit.forced_flag(DEFERRED_SWITCH, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
+    kit.forced_flag(SWITCH_NAME, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
     transport = Transport(kit, "mooncake", prefill_ranks=1)
     with switch.override(True), transport.contexts():
         side = start(kit, "prefill", backend="mooncake")
