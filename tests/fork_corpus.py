@@ -2050,11 +2050,14 @@ DECODE_WIRED_CORPUS: tuple[ForkSpec, ...] = (
         cls="decode-loop-override",
         base_release="0.5.22",
         edits=(Edit(SCHEDULER, _SCHEDULER_BASES, _ACME_DECODE_LOOP_MIXIN),),
-        expect={"41404": "partial"},
+        expect={"41404": "partial", "43719a": "partial"},
         why="decode-loop-override: a mixin first in Scheduler's bases sets the transfer queue's release timeout "
         "to 0 s before every pass of process_decode_queue: pop_transferred still notifies every prefill rank and "
         "holds a failed request (the notify path is 0.5.22's), but the next pass frees its pages before any "
-        "drain ack, as on 0.5.20 (the hold path is the base's), on every back end",
+        "drain ack, as on 0.5.20 (the hold path is the base's), on every back end. #43719(a): prefill's "
+        "transfer worker is 0.5.22's (no ack after a failed send), but on the CPU pair decode no longer waits "
+        "for that ack, so the failed send's late write lands in reused pages as on 0.5.21 (the in-flight fields "
+        "of kv-send-poison read like the base)",
     ),
 )
 CORPUS = CORPUS + DECODE_WIRED_CORPUS
