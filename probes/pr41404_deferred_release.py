@@ -61,11 +61,11 @@ import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
-from harness.decode_kv import BACKENDS, DecodeRank, build_decode_rank, deferral_gap, prefill_endpoint
+from harness.decode_kv import BACKENDS, DecodeRank, DecodeSide, decode_side, deferral_gap, prefill_endpoint
 from harness.decode_kv import deliver_abort_ack as harness_deliver_abort_ack
 from harness.features import Machinery
 
-PREFILL_RANKS = 2
+PREFILL_RANKS = 2  # chosen by the lab: the prefill server the bootstrap fake announces has two TP ranks
 SHORT_TIMEOUT_S = 0.1  # forced in ``timeout`` only; every other scenario runs under the build's own timeout
 PREFILL_FAILURE = "probe: prefill rank 1 reported the transfer Failed"
 
@@ -79,7 +79,7 @@ MACHINERY = Machinery(
 
 def deliver_abort_ack(rank: DecodeRank, prefill_rank: int, abort_frames: list[bytes]) -> None:
     """A prefill rank's drain ack for the ABORT it received (the release's wire form: :mod:`harness.decode_kv`)."""
-    harness_deliver_abort_ack(rank.kv_mgr, rank.room, prefill_rank, abort_frames)
+    harness_deliver_abort_ack(rank.side.kv_mgr, rank.room, prefill_rank, abort_frames)
 
 
 # --- scenario steps ------------------------------------------------------------------
@@ -87,60 +87,55 @@ def _prefill_reports_failure(rank: DecodeRank) -> None:
     """What decode's receive thread does when a prefill rank reports Failed."""
     from sglang.srt.disaggregation.base.conn import KVPoll
 
-    rank.kv_mgr.record_failure(rank.room, PREFILL_FAILURE)
-    rank.kv_mgr.update_status(rank.room, KVPoll.Failed)
+    rank.side.kv_mgr.record_failure(rank.room, PREFILL_FAILURE)
+    rank.side.kv_mgr.update_status(rank.room, KVPoll.Failed)
 
 
 def _pop(rank: DecodeRank) -> dict[str, Any]:
-    """Run the real ``pop_transferred`` once and report what happened immediately."""
-    transferred = rank.queue.pop_transferred()
+    """Run the scheduler's decode queue step once (it polls the transfer queue) and report what happened."""
+    transferred = rank.side.step()
     if transferred:
         raise ProbeFailure(f"a failed transfer was handed to decoding: {transferred!r}")
-    streamer = rank.queue.scheduler.output_streamer.stream_output
+    return _effects(rank)
+
+
+def _effects(rank: DecodeRank) -> dict[str, Any]:
+    """What the last pass of the event loop did with the failed request."""
     return {
-        "released_immediately": rank.release_kv_cache.count == 1,
+        "released_immediately": rank.release_count() == 1,
         "abort_messages": rank.abort_messages(),
         "slot_freed_immediately": rank.slot_free(),
         "held": rank.held(),
-        "abort_streamed": streamer.count == 1,
+        "abort_streamed": len(rank.streamed()) == 1,
     }
 
 
 def _acks_from(rank: DecodeRank, prefill_ranks: range) -> None:
     """Each listed prefill rank acks the ABORT it received (a rank that got none has nothing to ack)."""
     for prefill_rank in prefill_ranks:
-        for frames in rank.wire.messages(b"ABORT", prefill_endpoint(prefill_rank)):
+        for frames in rank.aborts(prefill_endpoint(prefill_rank)):
             deliver_abort_ack(rank, prefill_rank, frames)
 
 
 def _outcome(rank: DecodeRank, released_immediately: bool) -> str:
-    """immediate / drained / timeout / held -- from SGLang's own log, checked against its metric."""
+    """immediate / drained / timeout / held -- from SGLang's own log (its metric is off by the build's default)."""
     if released_immediately:
         return "immediate"
-    if rank.release_kv_cache.count == 0:
+    if rank.release_count() == 0:
         return "held"
-    timed_out = any("timed out" in m and str(rank.room) in m for m in rank.warnings.messages)
-    outcome = "timeout" if timed_out else "drained"
-    if rank.deferred_outcomes and rank.deferred_outcomes != [outcome]:
-        raise ProbeFailure(f"metric says {rank.deferred_outcomes}, log says {outcome}")
-    return outcome
+    timed_out = any("timed out" in m and str(rank.room) in m for m in rank.side.warnings.messages)
+    return "timeout" if timed_out else "drained"
 
 
 def _resolved(rank: DecodeRank, immediately: bool) -> dict[str, Any]:
     outcome = _outcome(rank, immediately)
-    rank.queue.resolve_deferred_releases()  # a second pass must not release again
+    rank.side.step()  # a second pass must not release again
     return {
         "outcome": outcome,
-        "release_count": rank.release_kv_cache.count,
+        "release_count": rank.release_count(),
         "slot_freed": rank.slot_free(),
         "still_held": rank.held(),
     }
-
-
-def _scenario(kit: Kit, backend: str, rid: str, **options: Any) -> DecodeRank:
-    settings = {"prefill_ranks": PREFILL_RANKS, "queue_defers": True, "manager_defers": True, "backend": backend}
-    settings.update(options)
-    return build_decode_rank(kit, rid=rid, **settings)
 
 
 def _prefixed(scenario: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -148,134 +143,135 @@ def _prefixed(scenario: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- scenarios -------------------------------------------------------------------
-def failed(kit: Kit, backend: str) -> dict[str, Any]:
+def failed(side: DecodeSide) -> dict[str, Any]:
     """A failure decode did not initiate: released at once, or ABORT sent and held?"""
-    rank = _scenario(kit, backend, rid="pr41404-001")
-    with rank.running():
-        _prefill_reports_failure(rank)
-        return _pop(rank)
+    rank = side.admit("pr41404-001")
+    _prefill_reports_failure(rank)
+    fields = _pop(rank)
+    _acks_from(rank, range(PREFILL_RANKS))  # let the hold end, so the next scenario starts clean
+    side.step()
+    return fields
 
 
-def drained(kit: Kit, backend: str) -> dict[str, Any]:
+def drained(side: DecodeSide) -> dict[str, Any]:
     """Held until every notified prefill rank acked the drain, then released once."""
-    rank = _scenario(kit, backend, rid="pr41404-002")
-    with rank.running():
-        _prefill_reports_failure(rank)
-        first = _pop(rank)
-        _acks_from(rank, range(0, 1))
-        rank.queue.resolve_deferred_releases()  # the event loop's next pass, under the build's own timeout
-        held_after_first_ack = rank.held()
-        released_before_every_ack = rank.release_kv_cache.count > 0
-        _acks_from(rank, range(1, PREFILL_RANKS))
-        rank.queue.resolve_deferred_releases()
-        return {
-            "held_after_first_ack": held_after_first_ack,
-            "released_before_every_ack": released_before_every_ack,
-            **_resolved(rank, first["released_immediately"]),
-        }
+    rank = side.admit("pr41404-002")
+    _prefill_reports_failure(rank)
+    first = _pop(rank)
+    _acks_from(rank, range(0, 1))
+    side.step()  # the event loop's next pass, under the build's own timeout
+    held_after_first_ack = rank.held()
+    released_before_every_ack = rank.release_count() > 0
+    _acks_from(rank, range(1, PREFILL_RANKS))
+    side.step()
+    return {
+        "held_after_first_ack": held_after_first_ack,
+        "released_before_every_ack": released_before_every_ack,
+        **_resolved(rank, first["released_immediately"]),
+    }
 
 
-def timeout(kit: Kit, backend: str) -> dict[str, Any]:
-    """Nobody acks: held until the (short) release timeout, then released once."""
-    rank = _scenario(kit, backend, rid="pr41404-003", release_timeout_s=SHORT_TIMEOUT_S)
-    with rank.running():
+def timeout(side: DecodeSide) -> dict[str, Any]:
+    """Nobody acks: held until the (short, forced) release timeout, then released once."""
+    with side.forced(side.queue, "transfer_queue", "deferred_kv_release_timeout", SHORT_TIMEOUT_S):
+        rank = side.admit("pr41404-003")
         _prefill_reports_failure(rank)
         first = _pop(rank)
-        rank.queue.resolve_deferred_releases()
+        side.step()
         held_before_deadline = rank.held()
         time.sleep(SHORT_TIMEOUT_S * 1.5)
-        rank.queue.resolve_deferred_releases()
+        side.step()
         return {
             "held_before_deadline": held_before_deadline,
             **_resolved(rank, first["released_immediately"]),
         }
 
 
-def unnotifiable(kit: Kit, backend: str) -> dict[str, Any]:
-    """Control: no bootstrap info, nobody to notify -> immediate release."""
-    rank = _scenario(kit, backend, rid="pr41404-004", notifiable=False)
-    with rank.running():
-        _prefill_reports_failure(rank)
-        first = _pop(rank)
-        return {**first, "outcome": _outcome(rank, first["released_immediately"])}
+def unnotifiable(side: DecodeSide) -> dict[str, Any]:
+    """Control: a receiver that knows no prefill rank (no bootstrap info) has nobody to notify -> immediate release."""
+    rank = side.admit("pr41404-004")
+    rank.receiver.bootstrap_infos = None  # the state this control models: the destinations were never learnt
+    _prefill_reports_failure(rank)
+    first = _pop(rank)
+    return {**first, "outcome": _outcome(rank, first["released_immediately"])}
 
 
-def no_capability(kit: Kit, backend: str) -> dict[str, Any]:
+def no_capability(side: DecodeSide) -> dict[str, Any]:
     """Control: the KV manager cannot defer -> immediate release, no ABORT.
 
-    Its ``enable_deferred_decode_kv_release`` is False: what the constructor
-    computes for a backend without ``supports_deferred_decode_kv_release``
-    (0.5.21+), or with the switch off (<= 0.5.20).
+    Its ``enable_deferred_decode_kv_release`` is False for the scenario: what the constructor
+    computes for a backend without ``supports_deferred_decode_kv_release`` (0.5.21+), or with
+    the switch off (<= 0.5.20).
     """
-    rank = _scenario(kit, backend, rid="pr41404-005", manager_defers=False)
-    with rank.running():
+    with side.forced(side.kv_mgr, "decode_kv_mgr", "enable_deferred_decode_kv_release", False):
+        rank = side.admit("pr41404-005")
         _prefill_reports_failure(rank)
         return _pop(rank)
 
 
-def partial(kit: Kit, backend: str) -> dict[str, Any]:
+def partial(side: DecodeSide) -> dict[str, Any]:
     """A partial publish: rank 0 holds the destination, rank 1 refused it -- held until every notified rank acks?
 
     ``send_metadata`` concludes the room Failed itself and never sets the
     receiver's ``init_time``; rank 0 may already be writing into the pages.
     """
-    rank = _scenario(kit, backend, rid="pr41404-007", refuse_metadata_at=1)
-    with rank.running():
-        first = _pop(rank)
-        _acks_from(rank, range(PREFILL_RANKS))
-        rank.queue.resolve_deferred_releases()
-        return {
-            "released_immediately": first["released_immediately"],
-            "abort_messages": first["abort_messages"],
-            **_resolved(rank, first["released_immediately"]),
-        }
+    rank = side.admit("pr41404-007", refuse_metadata_at=1)  # the same pass polls the failed room
+    first = _effects(rank)
+    _acks_from(rank, range(PREFILL_RANKS))
+    side.step()
+    return {
+        "released_immediately": first["released_immediately"],
+        "abort_messages": first["abort_messages"],
+        **_resolved(rank, first["released_immediately"]),
+    }
 
 
-def racing_ack(kit: Kit, backend: str) -> dict[str, Any]:
+def racing_ack(side: DecodeSide) -> dict[str, Any]:
     """The client aborts; prefill rank 0 acks at once, while decode is still sending rank 1 its ABORT.
 
-    Driven through the real ``Scheduler.abort_request``, so wherever a build
+    Driven through the built scheduler's own ``abort_request``, so wherever a build
     arms its ack accounting (receiver or scheduler, before or after the
     ABORTs), the build's own order decides whether rank 0's ack is counted.
     """
-    rank = _scenario(kit, backend, rid="pr41404-008")
-    rank.wire.reply_on_send(prefill_endpoint(0), b"ABORT", lambda frames: deliver_abort_ack(rank, 0, frames))
-    with rank.running():
-        rank.client_abort()
-        if rank.wire.unanswered():
-            raise ProbeFailure("the client abort sent prefill rank 0 no ABORT, so its ack could not race")
-        _acks_from(rank, range(1, PREFILL_RANKS))
-        first = _pop(rank)
-        rank.queue.resolve_deferred_releases()
-        return {
-            "held": first["held"],
-            "abort_messages": first["abort_messages"],
-            **_resolved(rank, first["released_immediately"]),
-        }
+    rank = side.admit("pr41404-008")
+    wire = side.transport.wire
+    wire.reply_on_send(prefill_endpoint(0), b"ABORT", lambda frames: deliver_abort_ack(rank, 0, frames))
+    rank.client_abort()
+    if wire.unanswered():
+        raise ProbeFailure("the client abort sent prefill rank 0 no ABORT, so its ack could not race")
+    _acks_from(rank, range(1, PREFILL_RANKS))
+    first = _pop(rank)
+    side.step()
+    fields = {"held": first["held"], "abort_messages": first["abort_messages"], **_resolved(rank, False)}
+    if rank.held():  # the base dropped rank 0's ack: end the hold the way its timeout would
+        with side.forced(side.queue, "transfer_queue", "deferred_kv_release_timeout", 0.0):
+            side.step()
+    return fields
 
 
-def client_abort(kit: Kit, backend: str) -> dict[str, Any]:
+def client_abort(side: DecodeSide) -> dict[str, Any]:
     """Control: the same client abort, both acks arriving after the scheduler is done -> drained on every release."""
-    rank = _scenario(kit, backend, rid="pr41404-009")
-    with rank.running():
-        rank.client_abort()
-        released_before_every_ack = rank.release_kv_cache.count > 0
-        _acks_from(rank, range(PREFILL_RANKS))
-        first = _pop(rank)
-        rank.queue.resolve_deferred_releases()
-        return {
-            "held": first["held"],
-            "released_before_every_ack": released_before_every_ack,
-            **_resolved(rank, first["released_immediately"]),
-        }
+    rank = side.admit("pr41404-009")
+    rank.client_abort()
+    released_before_every_ack = rank.release_count() > 0
+    _acks_from(rank, range(PREFILL_RANKS))
+    first = _pop(rank)
+    side.step()
+    return {
+        "held": first["held"],
+        "released_before_every_ack": released_before_every_ack,
+        **_resolved(rank, first["released_immediately"]),
+    }
 
 
-def decode_initiated(kit: Kit, backend: str) -> dict[str, Any]:
-    """Control: decode aborted the transfer itself (AbortReq) -> held on every release."""
-    rank = _scenario(kit, backend, rid="pr41404-006")
-    with rank.running():
-        rank.receiver.abort()
-        return _pop(rank)
+def decode_initiated(side: DecodeSide) -> dict[str, Any]:
+    """Control: decode aborted the transfer itself (the receiver's own abort) -> held on every release."""
+    rank = side.admit("pr41404-006")
+    rank.receiver.abort()
+    fields = _pop(rank)
+    _acks_from(rank, range(PREFILL_RANKS))
+    side.step()
+    return fields
 
 
 SCENARIOS = (
@@ -304,6 +300,7 @@ def observe(kit: Kit) -> dict[str, Any]:
         if gap is not None:
             fields.update(kit.backend_not_applicable(backend, gap))
             continue
-        for scenario in SCENARIOS:
-            fields.update(kit.on_backend(backend, _prefixed(scenario.__name__, scenario(kit, backend))))
+        with decode_side(kit, backend, prefill_ranks=PREFILL_RANKS) as side:
+            for scenario in SCENARIOS:
+                fields.update(kit.on_backend(backend, _prefixed(scenario.__name__, scenario(side))))
     return fields

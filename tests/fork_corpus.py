@@ -1980,3 +1980,84 @@ WIRED_CORPUS: tuple[ForkSpec, ...] = (
     ),
 )
 CORPUS = CORPUS + WIRED_CORPUS
+
+
+# =============================================================================================
+# The decode side as the server wires it: a receiver class the build resolves, the decode loop
+# =============================================================================================
+CLASSES.update(
+    {
+        "receiver-subclass": "get_kv_class hands one back end's prealloc queue a receiver subclass that reverts a fix",
+        "decode-loop-override": "a mixin first in Scheduler's bases overrides the decode loop's queue step",
+    }
+)
+
+_MOONCAKE_LAST_CLASS = "class MooncakeKVBootstrapServer(CommonKVBootstrapServer):\n    pass\n"
+_SCHEDULER_BASES = "class Scheduler(\n    SchedulerDisaggregationDecodeMixin,\n"
+_ACME_MOONCAKE_RECEIVER = '''class MooncakeKVBootstrapServer(CommonKVBootstrapServer):
+    pass
+
+
+class AcmeMooncakeKVReceiver(MooncakeKVReceiver):
+    """ACME: our Mooncake receiver; a failure prefill reported is final there, so nobody is told."""
+
+    def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
+        if force_arm:
+            return
+        super().ensure_abort_notified(force_arm=force_arm)
+'''
+
+_ACME_DECODE_LOOP_MIXIN = '''class AcmeDecodeLoopMixin:
+    """ACME: held decode pages go back on the loop's next pass (our prefill stops writing when it fails)."""
+
+    def process_decode_queue(self):
+        self.disagg_decode_transfer_queue.deferred_kv_release_timeout = 0.0
+        return super().process_decode_queue()
+
+
+class Scheduler(
+    AcmeDecodeLoopMixin,
+    SchedulerDisaggregationDecodeMixin,
+'''
+
+DECODE_WIRED_CORPUS: tuple[ForkSpec, ...] = (
+    ForkSpec(
+        name="41404-mooncake-receiver-subclass",
+        cls="receiver-subclass",
+        base_release="0.5.22",
+        edits=(
+            Edit(MOONCAKE, _MOONCAKE_LAST_CLASS, _ACME_MOONCAKE_RECEIVER),
+            Edit(
+                UTILS,
+                "            MooncakeKVReceiver,\n            MooncakeKVSender,\n        )\n",
+                "            MooncakeKVReceiver,\n            MooncakeKVSender,\n        )\n"
+                "        from sglang.srt.disaggregation.mooncake.conn import AcmeMooncakeKVReceiver\n",
+            ),
+            Edit(
+                UTILS,
+                "            KVClassType.RECEIVER: MooncakeKVReceiver,\n",
+                "            KVClassType.RECEIVER: AcmeMooncakeKVReceiver,\n",
+            ),
+        ),
+        expect={"41404": "partial"},
+        why="receiver-subclass: get_kv_class gives the Mooncake prealloc queue AcmeMooncakeKVReceiver, which "
+        "ignores #41404's ensure_abort_notified(force_arm=True): on Mooncake (the default) a failure decode did "
+        "not initiate, a partial publish too, is released at once with no ABORT; a client abort still notifies; "
+        "NIXL and Mori keep 0.5.22's receivers",
+    ),
+    ForkSpec(
+        name="41404-decode-loop-frees-held-pages",
+        cls="decode-loop-override",
+        base_release="0.5.22",
+        edits=(Edit(SCHEDULER, _SCHEDULER_BASES, _ACME_DECODE_LOOP_MIXIN),),
+        expect={"41404": "partial", "43719a": "partial"},
+        why="decode-loop-override: a mixin first in Scheduler's bases sets the transfer queue's release timeout "
+        "to 0 s before every pass of process_decode_queue: pop_transferred still notifies every prefill rank and "
+        "holds a failed request (the notify path is 0.5.22's), but the next pass frees its pages before any "
+        "drain ack, as on 0.5.20 (the hold path is the base's), on every back end. #43719(a): prefill's "
+        "transfer worker is 0.5.22's (no ack after a failed send), but on the CPU pair decode no longer waits "
+        "for that ack, so the failed send's late write lands in reused pages as on 0.5.21 (the in-flight fields "
+        "of kv-send-poison read like the base)",
+    ),
+)
+CORPUS = CORPUS + DECODE_WIRED_CORPUS

@@ -149,22 +149,21 @@ def test_only_the_deferred_release_switches_and_timeout_are_forced_and_fix_state
     obs, _ = observed
     for release in RELEASES:
         decode, prefill = obs[("41404", release)], obs[("43719a", release)]
+        # decode: the switch an operator sets, the timeout of one scenario, the capability of one control
         assert {f["attribute"] for f in decode["forced"]} == {
+            "environ.enable_deferred_decode_kv_release",
+            "transfer_queue.deferred_kv_release_timeout",
             "decode_kv_mgr.enable_deferred_decode_kv_release",
-            "transfer_queue.enable_deferred_kv_release",
-            "transfer_queue.deferred_kv_release_timeout",  # the timeout scenario's only, beside the build's own
         }
+        switch = {f["build_default"] for f in decode["forced"] if f["attribute"].startswith("environ.")}
+        assert switch == {release >= FIRST_FIXED["41404"]}, (release, switch)
         timeouts = {f["build_default"] for f in decode["forced"] if f["attribute"].endswith("_timeout")}
         assert timeouts == {30.0}, (release, timeouts)
-        assert {f["attribute"] for f in prefill["forced"]} == {"prefill_kv_mgr.enable_deferred_decode_kv_release"}
-        built = {d["attribute"]: d["from"] for d in decode["defaults"] + prefill["defaults"]}
-        assert built["transfer_queue._deferred_releases"].startswith("DecodeTransferQueue.__init__")
-        assert "__init__" in built["prefill_kv_mgr._staging_outstanding"]
-        assert "__init__" in built["prefill_kv_mgr.failed_sessions"]
-        if release >= FIRST_FIXED["41404"]:
-            assert "__init__" in built["decode_kv_mgr._deferred_abort_ack_tracker"]
-        if release >= FIRST_FIXED["43719a"]:
-            assert built["prefill_kv_mgr._deferred_ack_poisoned_rooms"].startswith("CommonKVManager.__init__")
+        # the decode side's queue and managers ran their own constructors: nothing read from source text
+        assert not [d for d in decode["defaults"] if d["attribute"].startswith(("transfer_queue.", "decode_kv_mgr."))]
+        # prefill: the same switch; its Mooncake manager ran its own constructor in the wired prefill server
+        assert {f["attribute"] for f in prefill["forced"]} == {"environ.enable_deferred_decode_kv_release"}
+        assert not [d for d in prefill["defaults"] if d["attribute"].startswith("prefill_kv_mgr.")]
 
 
 def _names(path: Path) -> set[str]:

@@ -1,29 +1,27 @@
-"""One decode rank of a PD pair: the real transfer queue, receiver and KV manager, on a chosen back end.
+"""The decode side of a PD pair on a chosen transport back end, as the build's own server wires it.
 
-``DecodeTransferQueue`` and the back end's receiver and KV manager are
-SGLang's own classes built with ``__new__`` (see :mod:`harness.strict`) in
-decode mode; their methods run unchanged. The back end is picked the way a
-server picks it: ``ServerArgs.disaggregation_transfer_backend`` (``mooncake``
-by default, ``nixl``, ``mori``), mapped to classes by the build's own
-``get_kv_class``. Faked are only what a CPU cannot have or must not touch:
+:func:`decode_side` starts a decode server with the build's ``run_scheduler_process``
+(:mod:`harness.server`), the back end chosen through ``ServerArgs.disaggregation_transfer_backend``
+as a launch flag chooses it (``mooncake`` by default, ``nixl``, ``mori``). The scheduler, its
+``DecodePreallocQueue`` / ``DecodeTransferQueue`` and the back end's KV manager are what the
+build's ``init_disaggregation`` constructs -- whatever class the build resolves at call time
+(a subclass, a class-order override, a start-up or plugin patch). Each request enters through
+the scheduler's ``_add_request_to_queue``; the build's prealloc queue creates its receiver
+(the build's ``get_kv_class``), bootstraps it against the prefill server and preallocates its
+pages in the scheduler's own event-loop step (``process_decode_queue``), which also polls the
+transfer queue and resolves held releases. A client abort goes through the built scheduler's
+``abort_request``.
 
-- the zmq sockets to the prefill ranks (:class:`harness.wire.Wire`) and the
-  back end's transfer engine (Mooncake's engine, NIXL's agent, Mori's engine
-  descriptor): decode only asks them for its own name;
-- GPU memory: ``release_kv_cache`` (swapped in every module of the build that
-  imported it, as SGLang's tests patch it at its import site), the metadata
-  buffers and the radix tree;
-- the scheduler's output streamer and metrics collector (recorders).
+Faked: the transfer edge (:mod:`harness.transport`: engine, sockets, bootstrap HTTP, threads)
+and GPU memory (``release_kv_cache``, swapped in every module of the build that imported it,
+as SGLang's tests patch it at its import site; it returns the request's row and pages).
+Values the outcome depends on come from the build: deferred release is switched on through
+the build's own environment switch (reported with its default); the release timeout is the
+transfer queue's own unless a scenario forces one, reported beside the verdict with the
+value the build's constructor set.
 
-Values the outcome depends on come from the build: the deferred-release
-timeout is the transfer queue's own (its constructor's default) unless a
-scenario forces one, which is then reported with the build's default.
-
-The receiver publishes its destination to the prefill ranks with its real
-``send_metadata`` (the fake sockets record it), and a client abort goes through
-the real ``Scheduler.abort_request`` (:meth:`DecodeRank.client_abort`). The
-metadata-slot allocator is SGLang's real ``ReqToMetadataIdxAllocator`` and the
-rank group is a real one-rank gloo group.
+:class:`DecodeRooms` (many rooms on one ``__new__``-built Mooncake manager) serves the
+throughput bench only, whose timer must not include a server start.
 """
 
 from __future__ import annotations
@@ -37,11 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.probe.kit import Kit, Recorder, StrictFake
+from difflab.probe.kit import Kit, ProbeFailure, Recorder, StrictFake
 from harness.gloo import single_rank_group
 from harness.requests import new_req
 from harness.runtime import scheduler_metrics, swapped_at_import_sites
 from harness.strict import prime, strict_instance
+from harness.transport import Transport
 from harness.wire import Wire, tcp_endpoint
 
 DECODE_IP = "192.0.2.20"
@@ -68,105 +67,214 @@ class WarningLog(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+# --- the decode server as the build's start-up wires it ---------------------------------------------
+DEFERRED_SWITCH = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
+"""Deferred release is switched on as an operator does (False by default up to 0.5.20, True from 0.5.21)."""
+SWITCH_NAME = "environ.enable_deferred_decode_kv_release"
+"""How the forced switch is reported (the note reads "deferred decode KV release is ... by default")."""
+
+
 @dataclass
-class DecodeRank:
-    """Everything one scenario observes; built fresh per scenario."""
+class DecodeSide:
+    """One decode server on one transport back end, built by the build's own ``run_scheduler_process``.
+
+    The scheduler, its prealloc and transfer queues and the back end's KV manager are the ones the
+    build's ``init_disaggregation`` constructs (:mod:`harness.server`); each request gets the receiver
+    the build's prealloc queue creates for it, bootstrapped and preallocated by the scheduler's own
+    event-loop step. Only the transfer edge is faked (:mod:`harness.transport`), plus GPU memory
+    (``release_kv_cache``, swapped in every module of the build that imported it).
+    """
 
     kit: Kit
-    wire: Wire
-    queue: Any  # DecodeTransferQueue
-    kv_mgr: Any  # MooncakeKVManager (decode mode)
-    receiver: Any  # MooncakeKVReceiver
-    decode_req: Any  # DecodeRequest
+    backend: str
+    transport: Transport
+    side: Any  # harness.server.Side
     release_kv_cache: Recorder
-    metrics: StrictFake
-    deferred_outcomes: list[str] = field(default_factory=list)
     warnings: WarningLog = field(default_factory=WarningLog)
 
     @property
+    def scheduler(self) -> Any:
+        return self.side.scheduler
+
+    @property
+    def queue(self) -> Any:
+        """The scheduler's own ``DecodeTransferQueue`` (or whatever its start-up built in that place)."""
+        return self.scheduler.disagg_decode_transfer_queue
+
+    @property
+    def kv_mgr(self) -> Any:
+        return self.scheduler.disagg_decode_prealloc_queue.kv_manager
+
+    def step(self) -> list[Any]:
+        """One pass of the decode event loop's queue step (``process_decode_queue``).
+
+        Returns what that pass handed to decoding (the scheduler's waiting queue).
+        """
+        before = list(self.scheduler.waiting_queue)
+        self.scheduler.process_decode_queue()
+        return [r for r in self.scheduler.waiting_queue if all(r is not b for b in before)]
+
+    def admit(self, rid: str, *, refuse_metadata_at: int | None = None) -> DecodeRank:
+        """A new request through the scheduler's dispatch, bootstrapped and preallocated by its event loop.
+
+        ``refuse_metadata_at`` makes that prefill rank's socket refuse the request's metadata once (a
+        transient ZMQ error): the ranks before it hold the destination, the rest do not; the same
+        pass of the event loop then meets the failed room in the transfer queue.
+        """
+        req = new_req(rid)
+        rank = DecodeRank(self, req)
+        if refuse_metadata_at is not None:
+            import zmq
+
+            failure = self.kit.intended_failure(
+                f"prefill rank {refuse_metadata_at}'s socket refuses the metadata once", zmq.ZMQError
+            )
+            self.transport.wire.refuse_next(
+                prefill_endpoint(refuse_metadata_at), failure(zmq.EAGAIN), about=str(rank.room).encode("ascii")
+            )
+        self.scheduler._add_request_to_queue(req)
+        created = [d for d in self.scheduler.disagg_decode_prealloc_queue.queue if d.req is req]
+        if not created:
+            raise ProbeFailure(f"{rid} was not admitted to the prealloc queue")
+        rank.decode_req = created[0]
+        handed = self.step()
+        if handed:
+            raise ProbeFailure(f"a request was handed to decoding before any KV arrived: {handed!r}")
+        if refuse_metadata_at is None and all(d is not rank.decode_req for d in self.queue.queue):
+            prealloc = self.scheduler.disagg_decode_prealloc_queue
+            raise ProbeFailure(
+                f"{rid} did not reach the transfer queue (prealloc queue: {len(prealloc.queue)} waiting, "
+                f"{prealloc.token_to_kv_pool_allocator.available_size()} KV tokens and "
+                f"{prealloc.req_to_metadata_buffer_idx_allocator.available_size()} metadata slots free)"
+            )
+        return rank
+
+    @contextlib.contextmanager
+    def forced(self, owner: Any, name: str, attribute: str, value: Any) -> Iterator[None]:
+        """``attribute`` of a built object set to ``value`` for one scenario, reported with what the build set."""
+        built = getattr(owner, attribute)
+        self.kit.forced_flag(f"{name}.{attribute}", value, built, f"{type(owner).__name__}.__init__ (as built)", [])
+        setattr(owner, attribute, value)
+        try:
+            yield
+        finally:
+            setattr(owner, attribute, built)
+
+
+@dataclass
+class DecodeRank:
+    """One request on a :class:`DecodeSide`, and what a scenario observes of it."""
+
+    side: DecodeSide
+    req: Any
+    decode_req: Any = None
+    """The ``DecodeRequest`` the build's prealloc queue made for ``req`` when it was admitted."""
+
+    @property
     def room(self) -> int:
-        return int(self.decode_req.req.bootstrap_room)
+        return int(self.req.bootstrap_room)
+
+    @property
+    def receiver(self) -> Any:
+        return self.decode_req.kv_receiver
 
     @property
     def slot(self) -> int:
         return int(self.decode_req.metadata_buffer_index)
 
+    def release_count(self) -> int:
+        """``release_kv_cache`` calls for this request (GPU memory returned)."""
+        return sum(1 for call in self.side.release_kv_cache.calls if call.args and call.args[0] is self.req)
+
     def slot_free(self) -> bool:
-        return self.slot in self.queue.req_to_metadata_buffer_idx_allocator.free_slots
+        return self.slot in self.side.queue.req_to_metadata_buffer_idx_allocator.free_slots
 
     def held(self) -> bool:
-        """The request's pages and metadata slot are held: neither released nor freed yet.
+        """The request's pages and metadata slot are held: neither released nor freed yet (observed by effect)."""
+        return self.release_count() == 0 and not self.slot_free()
 
-        Observed through behaviour (the release call and the slot), not through the
-        name of the queue's bookkeeping list, so a fork that keeps its own list reads the same.
-        """
-        return self.release_kv_cache.count == 0 and not self.slot_free()
+    def aborts(self, endpoint: str | None = None) -> list[list[bytes]]:
+        """The ABORTs decode sent about this room (optionally to one prefill rank)."""
+        room = str(self.room).encode("ascii")
+        return [f for f in self.side.transport.wire.messages(b"ABORT", endpoint) if len(f) > 1 and f[1] == room]
 
     def abort_messages(self) -> int:
-        """ABORTs decode sent, a repeat of the same message to the same rank counted once (prefill treats it alike)."""
-        return self.wire.count_distinct(b"ABORT")
+        """ABORTs about this room; the same message to the same rank again counts once (prefill treats it alike)."""
+        room = str(self.room).encode("ascii")
+        return len(
+            {
+                (ep, tuple(f))
+                for ep, f in self.side.transport.wire.sent
+                if f and f[0] == b"ABORT" and len(f) > 1 and f[1] == room
+            }
+        )
 
-    def publish_metadata(self, *, refused_by: int | None = None) -> None:
-        """The receiver's real ``send_metadata``: every prefill rank learns where to write the room's KV.
-
-        ``refused_by`` makes that prefill rank's socket refuse the send once (a
-        transient ZMQ error): the ranks before it already hold the destination,
-        the rest do not -- a *partial publish*, which SGLang concludes Failed.
-        """
-        import numpy as np
-        import zmq
-
-        if refused_by is not None:
-            self.wire.refuse_next(
-                prefill_endpoint(refused_by),
-                self.kit.intended_failure(
-                    f"prefill rank {refused_by}'s socket refuses the metadata once", zmq.ZMQError
-                )(zmq.EAGAIN),
-            )
-        self.receiver.send_metadata(np.array([10, 11, 12, 13], dtype=np.int32), self.slot)
+    def streamed(self) -> list[int | None]:
+        """What this request's client received (its abort's HTTP status per output, None otherwise)."""
+        return self.side.side.seen["sockets"].streamed(self.req.rid)
 
     def client_abort(self) -> None:
-        """The client aborts the request: the real ``Scheduler.abort_request`` with a real ``AbortReq``.
-
-        The request sits in the decode transfer queue; the scheduler is a real
-        one built without its constructor around it (empty waiting queue,
-        prealloc queue and running batch).
-        """
-        from sglang.srt.disaggregation.utils import DisaggregationMode
+        """The client aborts the request: the built scheduler's own ``abort_request`` with a real ``AbortReq``."""
         from sglang.srt.managers.io_struct import AbortReq
-        from sglang.srt.managers.scheduler import Scheduler
 
-        scheduler = strict_instance(
-            self.kit,
-            Scheduler,
-            "decode_scheduler",
-            disaggregation_mode=DisaggregationMode.DECODE,
-            waiting_queue=[],
-            chunked_req=None,
-            mm_receiver=None,
-            dllm_config=None,
-            grammar_manager=self.kit.fake("grammar_manager", abort_requests=self.kit.recorder("abort_requests")),
-            disagg_decode_prealloc_queue=self.kit.fake("prealloc_queue", queue=[], retracted_queue=[]),
-            disagg_decode_transfer_queue=self.queue,
-            running_batch=self.kit.fake("running_batch", reqs=[]),
-            last_batch=None,
-            enable_continuous_input_polling=False,
-            ps=self.kit.fake("parallel state", pp_size=1),  # <= 0.5.20 reads the PP size here
-        )
-        scheduler.abort_request(AbortReq(rid=self.decode_req.req.rid))
+        self.side.scheduler.abort_request(AbortReq(rid=self.req.rid))
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Swap ``release_kv_cache`` wherever the build imported it, and watch decode's warnings."""
-        from sglang.srt.disaggregation import decode
-        from sglang.srt.mem_cache import common
 
-        with swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache):
-            decode.logger.addHandler(self.warnings)
-            try:
-                yield
-            finally:
-                decode.logger.removeHandler(self.warnings)
+def _deferred_release_forced(kit: Kit, stack: contextlib.ExitStack) -> None:
+    """Deferred release on, through the build's own switch; reported with the build's default."""
+    from sglang.srt.environ import envs
+
+    switch = getattr(envs, DEFERRED_SWITCH)
+    kit.forced_flag(SWITCH_NAME, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
+    stack.enter_context(switch.override(True))
+
+
+class _RowsBack:
+    """``release_kv_cache``'s effect on the pools: a released request's row and pages are free again (once).
+
+    What the real call does beyond that (the radix tree, the request's own bookkeeping) is the
+    GPU-memory edge the probe records instead; the row and pages go back so one side serves
+    more requests than it has rows, as a server does.
+    """
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+        self.freed: set[int] = set()
+
+    def __call__(self, req: Any, *args: Any, **kwargs: Any) -> None:
+        row = req.kv.req_pool_idx
+        if self.scheduler is None or row is None or id(req) in self.freed:
+            return
+        self.freed.add(id(req))
+        pool = self.scheduler.req_to_token_pool
+        pages = pool.req_to_token[row, : req.kv.kv_allocated_len]
+        if len(pages):
+            self.scheduler.token_to_kv_pool_allocator.free(pages)
+        pool.free_rows([row])
+
+
+@contextlib.contextmanager
+def decode_side(kit: Kit, backend: str, *, prefill_ranks: int) -> Iterator[DecodeSide]:
+    """A decode server on ``backend`` (deferred release switched on), its transport faked, while the block runs."""
+    from sglang.srt.disaggregation import decode
+    from sglang.srt.mem_cache import common
+
+    from harness.server import start
+
+    _import_transport(backend)
+    transport = Transport(kit, backend, prefill_ranks)
+    rows = _RowsBack()
+    release = kit.recorder("release_kv_cache", side_effect=rows)
+    with contextlib.ExitStack() as stack:
+        _deferred_release_forced(kit, stack)
+        stack.enter_context(transport.contexts())
+        stack.enter_context(transport.receiver_sockets())
+        stack.enter_context(swapped_at_import_sites(common, "release_kv_cache", release))
+        side = DecodeSide(kit, backend, transport, start(kit, "decode", backend=backend), release)
+        rows.scheduler = side.scheduler
+        decode.logger.addHandler(side.warnings)
+        stack.callback(decode.logger.removeHandler, side.warnings)
+        yield side
 
 
 # --- back-end adaptations (one place): what each transport's decode side needs faked --------------
@@ -290,34 +398,21 @@ def _receiver_class_attrs(kit: Kit, wire: Wire, prefill_ranks: int) -> dict[str,
     }
 
 
-def _receiver(
-    kit: Kit,
-    wire: Wire,
-    kv_mgr: Any,
-    room: int,
-    prefill_ranks: int,
-    notifiable: bool,
-    backend: str,
-    class_attrs: dict[str, Any] | None = None,
-) -> Any:
-    """A real receiver of ``backend`` for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
+def _receiver(kit: Kit, kv_mgr: Any, room: int, prefill_ranks: int, class_attrs: dict[str, Any]) -> Any:
+    """A real Mooncake receiver for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
     from sglang.srt.disaggregation.base.conn import KVPoll
 
+    backend = "mooncake"
     _, receiver_cls = transport_classes(backend)
-
-    bootstrap_infos = (
-        [
-            {"rank_ip": PREFILL_IP, "rank_port": PREFILL_BASE_PORT + r, "is_dummy": False, "pp_rank": 0}
-            for r in range(prefill_ranks)
-        ]
-        if notifiable
-        else None
-    )
+    bootstrap_infos = [
+        {"rank_ip": PREFILL_IP, "rank_port": PREFILL_BASE_PORT + r, "is_dummy": False, "pp_rank": 0}
+        for r in range(prefill_ranks)
+    ]
     receiver = strict_instance(
         kit,
         receiver_cls,
         "kv_receiver",
-        class_attrs=class_attrs or _receiver_class_attrs(kit, wire, prefill_ranks),
+        class_attrs=class_attrs,
         kv_mgr=kv_mgr,
         bootstrap_room=room,
         bootstrap_addr=BOOTSTRAP_ADDR,
@@ -416,53 +511,6 @@ def _metrics(kit: Kit, collector: StrictFake) -> dict[str, Any]:
     return parts | {"metrics_collector": collector if parts["metrics_reporter"].enable_metrics else None}
 
 
-def build_decode_rank(
-    kit: Kit,
-    *,
-    rid: str,
-    prefill_ranks: int,
-    queue_defers: bool,
-    manager_defers: bool,
-    backend: str = "mooncake",
-    release_timeout_s: float | None = None,
-    notifiable: bool = True,
-    refuse_metadata_at: int | None = None,
-) -> DecodeRank:
-    """A decode rank with one request in the transfer queue, metadata published to prefill.
-
-    ``notifiable=False`` models a receiver that never learnt where the prefill
-    ranks are (no bootstrap info), so it has nobody to send an ABORT to and
-    publishes nothing. ``refuse_metadata_at`` makes that prefill rank refuse
-    the metadata once (:meth:`DecodeRank.publish_metadata`).
-    """
-    from sglang.srt.disaggregation.decode import DecodeRequest
-    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-
-    wire = Wire(kit)
-    req = new_req(rid)  # a real Req with its own bootstrap room
-    room = int(req.bootstrap_room)
-    kv_mgr = _decode_manager(kit, backend, manager_defers)
-    receiver = _receiver(kit, wire, kv_mgr, room, prefill_ranks, notifiable, backend)
-    allocator = ReqToMetadataIdxAllocator(METADATA_SLOTS)
-    slot = allocator.alloc()
-    decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
-    parts = _transfer_queue(kit, [decode_req], allocator, METADATA_SLOTS, queue_defers, release_timeout_s)
-    rank = DecodeRank(
-        kit=kit,
-        wire=wire,
-        queue=parts.queue,
-        kv_mgr=kv_mgr,
-        receiver=receiver,
-        decode_req=decode_req,
-        release_kv_cache=kit.recorder("release_kv_cache"),
-        metrics=parts.metrics,
-        deferred_outcomes=parts.deferred_outcomes,
-    )
-    if notifiable:
-        rank.publish_metadata(refused_by=refuse_metadata_at)
-    return rank
-
-
 @dataclass
 class DecodeRooms:
     """One decode rank holding many rooms at once: one KV manager and transfer queue, a receiver per room.
@@ -494,9 +542,7 @@ class DecodeRooms:
         for rid in rids:
             req = new_req(rid)
             room = int(req.bootstrap_room)
-            receiver = _receiver(
-                self.kit, self.wire, self.kv_mgr, room, self.prefill_ranks, True, "mooncake", self.receiver_class_attrs
-            )
+            receiver = _receiver(self.kit, self.kv_mgr, room, self.prefill_ranks, self.receiver_class_attrs)
             slot = self.allocator.alloc()
             if slot is None:
                 raise RuntimeError(f"no free metadata slot for {rid}: the rooms outgrew the allocator")

@@ -1,7 +1,8 @@
 """One Mooncake prefill rank: the real KV manager's transfer worker and bootstrap thread.
 
-``MooncakeKVManager`` is SGLang's own class built with ``__new__`` (see
-:mod:`harness.strict`) in prefill mode, with one room whose KV goes to one
+The KV manager is the one a prefill server the build's own ``run_scheduler_process``
+starts on Mooncake constructs (:func:`_wired_manager`: whatever class the build's
+``get_kv_class`` resolves, its real ``__init__``), with one room whose KV goes to one
 decode rank. Its real ``transfer_worker`` runs in the calling thread over a
 queue of real ``TransferKVChunk`` objects; its real ``start_prefill_thread``
 runs the bootstrap thread over decode's control messages (ABORT). Faked are
@@ -15,7 +16,9 @@ only the GPU/RDMA and network edges:
 - the zmq sockets: decode's control socket the bootstrap thread reads from,
   and the PUSH socket to decode (:class:`harness.wire.Wire`) that carries the
   status messages and every ``ABORT_ACK``;
-- ``kv_args`` (GPU buffer pointers).
+- decode's registration (``decode_kv_args_table``), as decode's ``send_kv_args`` delivers it;
+- while the server starts: the transfer engine, the bootstrap server's HTTP API and the
+  threads it starts (:mod:`harness.transport`).
 
 Loops are ended the way no ``except Exception`` can intercept: the queue and
 the control socket raise private ``BaseException`` subclasses once drained.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import EndOfScenario, Kit, ProbeFailure, Recorder
-from harness.runtime import ensure_runtime, published_server_args
+from harness.runtime import ensure_runtime
 from harness.strict import strict_instance
 from harness.wire import Wire, tcp_endpoint
 
@@ -251,11 +254,38 @@ def decode_registration(session: str) -> Any:
     )
 
 
-def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) -> PrefillRank:
-    """A prefill rank whose room is waiting for input, decode registered and deferred release on."""
-    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
-    from sglang.srt.disaggregation.utils import DisaggregationMode
+def _wired_manager(kit: Kit) -> Any:
+    """The KV manager of a prefill server the build's own start-up builds on Mooncake (fresh per call).
 
+    ``run_scheduler_process`` starts a prefill side with ``--disaggregation-transfer-backend
+    mooncake`` (:mod:`harness.server`); its bootstrap queue's manager is the one the build's
+    ``init_disaggregation`` constructs, deferred release switched on through the build's own
+    environment switch (reported with its default). Faked while it starts
+    (:mod:`harness.transport`): the transfer engine, the bound control socket, the bootstrap
+    server's HTTP API, and the threads it starts (its bootstrap thread and transfer workers
+    are recorded, not run: a scenario runs them in its own order).
+    """
+    from sglang.srt.environ import envs
+
+    from harness.decode_kv import DEFERRED_SWITCH, SWITCH_NAME, _import_transport
+    from harness.server import start
+    from harness.transport import Transport
+
+    _import_transport("mooncake")
+    switch = getattr(envs, DEFERRED_SWITCH)
+    kit.forced_flag(SWITCH_NAME, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
+    transport = Transport(kit, "mooncake", prefill_ranks=1)
+    with switch.override(True), transport.contexts():
+        side = start(kit, "prefill", backend="mooncake")
+    return side.scheduler.disagg_prefill_bootstrap_queue.kv_manager
+
+
+def build_prefill_rank(kit: Kit, *, room: int) -> PrefillRank:
+    """A prefill rank whose room is waiting for input, decode registered and deferred release on.
+
+    The manager is the wired prefill server's (:func:`_wired_manager`); the probe replaces
+    only its edges: the three RDMA writes, the sockets to decode, decode's registration.
+    """
     ensure_runtime()
     wire = Wire(kit)
     decode = tcp_endpoint(DECODE_IP, DECODE_PORT)
@@ -263,40 +293,22 @@ def build_prefill_rank(kit: Kit, *, room: int, deferred_release: bool = True) ->
     send = kit.recorder("send_kvcache", side_effect=lambda *args, **kwargs: holder[0].send_result())
     send_state = kit.recorder("maybe_send_extra", side_effect=lambda *args, **kwargs: holder[0].state_result())
     send_aux = kit.recorder("send_aux", side_effect=lambda *args, **kwargs: holder[0].aux_result())
-    mgr = strict_instance(
-        kit,
-        MooncakeKVManager,
-        "prefill_kv_mgr",
-        disaggregation_mode=DisaggregationMode.PREFILL,
-        forced={"enable_deferred_decode_kv_release": deferred_release},
-        server_args=published_server_args(),  # the real config, with this build's defaults
-        kv_args=kit.fake("kv_args", kv_data_ptrs=[0x10000, 0x20000], engine_rank=0),
-        bootstrap_port=PREFILL_PORT,
-        local_ip="192.0.2.10",
-        # parallel layout: one rank everywhere
-        attn_tp_size=1,
-        attn_tp_rank=0,
-        attn_cp_size=1,
-        attn_cp_rank=0,
-        attn_dp_rank=0,
-        pp_size=1,
-        pp_rank=0,
-        is_mla_backend=False,
-        is_hybrid_mla_backend=False,
-        enable_all_cp_ranks_for_transfer=False,
-        enable_trace=False,
-        # room, session and deferred-ack bookkeeping: this build's constructor makes its own
-        decode_kv_args_table={DECODE_SESSION: decode_registration(DECODE_SESSION)},
+    mgr = _wired_manager(kit)
+    edges = {
+        # decode's registration, as its send_kv_args would have delivered it
+        "decode_kv_args_table": {DECODE_SESSION: decode_registration(DECODE_SESSION)},
         # the wire to decode
-        _socket_lock=threading.Lock(),
-        _socket_cache=wire.sockets(decode),
-        _monitor_cache={},
-        _socket_send_locks=Wire.locks(decode),
-        _zmq_ctx=kit.fake("prefill zmq.Context"),
-        send_kvcache=send,
-        maybe_send_extra=send_state,
-        send_aux=send_aux,
-    )
+        "_socket_cache": wire.sockets(decode),
+        "_monitor_cache": {},
+        "_socket_send_locks": Wire.locks(decode),
+        "_zmq_ctx": kit.fake("prefill zmq.Context"),
+        # the RDMA writes (GPU memory)
+        "send_kvcache": send,
+        "maybe_send_extra": send_state,
+        "send_aux": send_aux,
+    }
+    for name, value in edges.items():
+        setattr(mgr, name, value)
     rank = PrefillRank(
         kit=kit, wire=wire, mgr=mgr, room=room, send_kvcache=send, send_state=send_state, send_aux=send_aux
     )

@@ -232,6 +232,28 @@ class _StandIns:
             setattr(scheduler, f"{name}_cpu_group", group.cpu_group)
         scheduler.dp_tp_group = groups["tp_group"]
         scheduler.dp_tp_cpu_group = groups["tp_group"].cpu_group
+        _dp_attention_world(scheduler)
+
+
+def _dp_attention_world(scheduler: Any) -> None:
+    """What the model runner's start-up states for attention data parallelism, once per process.
+
+    The build's own ``compute_dp_attention_world_info`` for this one-rank launch (TP rank 0 of 1,
+    the server's DP and context-parallel widths) fills what ``initialize_dp_attention`` would;
+    up to 0.5.20 a transport back end's KV manager asks ``get_attention_dp_size()``.
+    """
+    from sglang.srt.layers import dp_attention
+    from sglang.srt.runtime_context import get_parallel
+
+    if getattr(dp_attention, "_ATTN_DP_SIZE", 0) is not None or not hasattr(
+        dp_attention, "compute_dp_attention_world_info"
+    ):
+        return
+    parallel = get_parallel()
+    _, _, rank, size = dp_attention.compute_dp_attention_world_info(
+        parallel.enable_dp_attention, 0, 1, parallel.dp_size, parallel.attn_cp_size
+    )
+    dp_attention._ATTN_DP_RANK, dp_attention._ATTN_DP_SIZE = rank, size
 
 
 def memory_pools() -> tuple[Any, Any, Any]:
@@ -274,6 +296,10 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
             flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
             supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
             supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False),  # a dense model
+            # 0.5.22's decode preallocation offers each row to a streaming session: this cache keeps none.
+            maybe_hand_to_session=kit.recorder("tree_cache.maybe_hand_to_session"),
+            # 0.5.22's decode transfer queue drops a request's (absent) hicache restore lock.
+            unlock=kit.recorder("tree_cache.unlock"),
         )
         seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
@@ -388,6 +414,7 @@ def _constructing(kit: Kit, seen: dict[str, Any]) -> Iterator[None]:
         stack.enter_context(swapped(entry.kv_cache_builder, "build_kv_cache", _kv_cache(kit, seen)))
         stack.enter_context(swapped(entry, "psutil", _parent(kit, seen.setdefault("signals", []))))
         seen["sockets"].swapped_everywhere(stack)
+        _one_rank_pipeline(stack)
         boot = getattr(entry, "bootstrap", None)
         if boot is not None:
             for name in ("init_parallel_runtime", "init_layer_runtime"):
@@ -397,6 +424,22 @@ def _constructing(kit: Kit, seen: dict[str, Any]) -> Iterator[None]:
 
 
 _GROUPS: list[Any] = []
+
+
+def _one_rank_pipeline(stack: contextlib.ExitStack) -> None:
+    """Up to 0.5.20 a transport back end's manager asks ``get_pp_group()`` (prefill): the 1-rank pipeline group."""
+    import sys
+
+    from sglang.srt.distributed import parallel_state
+
+    from harness.runtime import swapped
+
+    if getattr(parallel_state, "_PP", 0) is not None:
+        return
+    group, real = _GROUPS[0]["pp_group"], parallel_state.get_pp_group
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.srt.disaggregation") and getattr(module, "get_pp_group", None) is real:
+            stack.enter_context(swapped(module, "get_pp_group", lambda: group))
 
 
 def one_rank_groups(kit: Kit) -> None:

@@ -30,12 +30,17 @@ class Wire:
     kit: Kit
     sent: list[tuple[str, list[bytes]]] = field(default_factory=list)
     _sockets: dict[str, StrictFake] = field(default_factory=dict)
-    _refusals: dict[str, list[BaseException]] = field(default_factory=dict)
+    _refusals: dict[str, list[tuple[bytes | None, BaseException]]] = field(default_factory=dict)
     _replies: list[tuple[str, bytes, Callable[[list[bytes]], None]]] = field(default_factory=list)
 
-    def refuse_next(self, endpoint: str, exc: BaseException) -> None:
-        """The next send to ``endpoint`` raises ``exc`` (a ``kit.intended_failure`` instance) and is not sent."""
-        self._refusals.setdefault(endpoint, []).append(exc)
+    def refuse_next(self, endpoint: str, exc: BaseException, *, about: bytes | None = None) -> None:
+        """The next send to ``endpoint`` (naming ``about`` in its first two frames, if given) raises ``exc``.
+
+        The message is not sent. ``exc`` is a ``kit.intended_failure`` instance; ``about`` (a
+        room) picks that room's message where others share the socket (the one-off registration
+        of decode's buffers); back ends put the room first or right after a tag frame.
+        """
+        self._refusals.setdefault(endpoint, []).append((about, exc))
 
     def reply_on_send(self, endpoint: str, tag: bytes, reply: Callable[[list[bytes]], None]) -> None:
         """Once a ``tag`` message has gone to ``endpoint``, run ``reply(frames)`` before the sender goes on.
@@ -54,9 +59,11 @@ class Wire:
         if endpoint not in self._sockets:
 
             def send_multipart(frames: list[bytes], *args: Any, **kwargs: Any) -> None:
-                if self._refusals.get(endpoint):
-                    raise self._refusals[endpoint].pop(0)
                 message = [bytes(f) for f in frames]
+                for refusal in self._refusals.get(endpoint, []):
+                    if refusal[0] is None or refusal[0] in message[:2]:
+                        self._refusals[endpoint].remove(refusal)
+                        raise refusal[1]
                 self.sent.append((endpoint, message))
                 for entry in list(self._replies):
                     if entry[0] == endpoint and message and message[0] == entry[1]:
