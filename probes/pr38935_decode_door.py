@@ -1,11 +1,14 @@
 """#38935 at the decode door: an intake-rejected request must not get a KV receiver.
 
-Scenario: a request rejected at intake by the real ``Req.set_finish_with_abort``
-(``to_finish`` set, one-token stub, ``finished()`` False) reaches the decode
-side the build's own start-up built (:mod:`harness.server`) through the
-scheduler's own dispatch ``_add_request_to_queue`` -> its prealloc queue's
-``add``. On the base it is handed a KV receiver and waits for a prefill that
-will never send its prompt (the decode worker sat on it until
+Scenario: the tokenizer sends a 1500-token prompt (a real
+``TokenizedGenerateReqInput``) to the decode side the build's own start-up
+built (:mod:`harness.server`); it enters through the scheduler's
+``process_input_requests`` -> ``handle_generate_request``, whose intake
+validation rejects it with the real ``Req.set_finish_with_abort``
+(``to_finish`` set, one-token stub, ``finished()`` False) and dispatches it
+through ``_add_request_to_queue`` -> its prealloc queue's ``add``. On the
+base it is handed a KV receiver and waits for a prefill that will never send
+its prompt (the decode worker sat on it until
 ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``); on the head the door retires it
 through the scheduler's ``retire_unadmitted_request`` with its 400.
 The queue runs its real capacity check, ``_create_receiver_and_enqueue`` (the
@@ -33,12 +36,13 @@ table a real back end's manager starts with).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.doors import Door
 from harness.features import Machinery
-from harness.requests import abort_while_running, new_req, reject_at_intake
+from harness.requests import INTAKE_REJECTION, abort_while_running, new_req
 from harness.runtime import ensure_runtime
 
 # The machinery the fix changes: the PD decode admission queue (absent before PD existed).
@@ -64,11 +68,9 @@ def observe(kit: Kit) -> dict[str, Any]:
     door = Door(kit, "decode")
     fields: dict[str, Any] = {}
 
-    rejected = new_req("rejected", prompt_len=1500)
-    reject_at_intake(kit, rejected)
-    fields.update(_report("rejected", door.admit(rejected)))
-
-    fields.update(_report("valid", door.admit(new_req("valid", prompt_len=16))))
+    kit.allow_log(re.escape(INTAKE_REJECTION))  # the build's intake logs the rejection it parks
+    fields.update(_report("rejected", door.submit("rejected", prompt_len=1500)[1]))
+    fields.update(_report("valid", door.submit("valid", prompt_len=16)[1]))
     fields.update(_report("retracted", door.admit(_retracted("retracted", backup=True), retracted=True)))
     fields.update(_report("retracted_short", door.admit(_retracted("retracted-short", backup=False), retracted=True)))
     fields.update(_report("rebootstrap", door.rebootstrap(_retracted("rebootstrap", backup=False))))
