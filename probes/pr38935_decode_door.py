@@ -12,8 +12,8 @@ its prompt (the decode worker sat on it until
 ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``); on the head the door retires it
 through the scheduler's ``retire_unadmitted_request`` with its 400.
 The queue runs its real capacity check, ``_create_receiver_and_enqueue`` (the
-'fake' transfer back end's real ``FakeKVReceiver``) and prefill-rank lookup (no
-prefill peer registered yet, so the request waits in ``pending_reqs``).
+back end's real receiver class) and prefill-rank lookup (no prefill peer
+registered yet, so the request waits in ``pending_reqs``).
 
 Observations per scenario: ``receiver_created`` (a ``DecodeRequest`` for it in
 the prealloc queue), ``pending`` (in ``pending_reqs``), ``retracted_queue`` (in
@@ -29,9 +29,13 @@ resumed by the queue's own ``hold_rebootstrap`` / ``enqueue_held_rebootstrap``,
 gets a receiver; ``preempted`` (``is_retracted`` set, no flag)
 gets a receiver.
 
+Transfer back ends: every scenario runs on Mooncake (the default), NIXL and
+Mori, each side selected through ``ServerArgs`` and building its own real
+receiver class; fields read ``<backend>:<field>``.
+
 Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
-sockets; the 'fake' transfer back end, its manager given the empty prefill-peer
-table a real back end's manager starts with).
+sockets) and the back end's network edges (:func:`harness.doors.offline_kv_manager`;
+its manager starts with the empty prefill-peer table of its constructor).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import re
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import Door
+from harness.doors import Door, on_every_backend
 from harness.features import Machinery
 from harness.requests import INTAKE_REJECTION, abort_while_running, new_req
 from harness.runtime import ensure_runtime
@@ -54,6 +58,14 @@ def _report(scenario: str, effects: dict[str, Any]) -> dict[str, Any]:
     return {f"{scenario}.{key}": effects[key] for key in keys}
 
 
+def _intake(door: Door) -> dict[str, Any]:
+    """The over-long prompt and a valid one, as the tokenizer sends them."""
+    return {
+        **_report("rejected", door.submit("rejected", prompt_len=1500)[1]),
+        **_report("valid", door.submit("valid", prompt_len=16)[1]),
+    }
+
+
 def _retracted(rid: str, *, backup: bool) -> Any:
     """What retract_decode leaves: KV row freed, a pending abort, maybe a host backup."""
     req = new_req(rid, prompt_len=16)
@@ -65,12 +77,12 @@ def _retracted(rid: str, *, backup: bool) -> Any:
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
     ensure_runtime()
-    door = Door(kit, "decode")
-    fields: dict[str, Any] = {}
-
     kit.allow_log(re.escape(INTAKE_REJECTION))  # the build's intake logs the rejection it parks
-    fields.update(_report("rejected", door.submit("rejected", prompt_len=1500)[1]))
-    fields.update(_report("valid", door.submit("valid", prompt_len=16)[1]))
+    return on_every_backend(kit, lambda backend: _scenarios(Door(kit, "decode", backend)))
+
+
+def _scenarios(door: Door) -> dict[str, Any]:
+    fields: dict[str, Any] = _intake(door)
     fields.update(_report("retracted", door.admit(_retracted("retracted", backup=True), retracted=True)))
     fields.update(_report("retracted_short", door.admit(_retracted("retracted-short", backup=False), retracted=True)))
     fields.update(_report("rebootstrap", door.rebootstrap(_retracted("rebootstrap", backup=False))))

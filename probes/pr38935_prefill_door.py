@@ -47,8 +47,15 @@ enqueued, not retired -- one per clause of the head's predicate: ``preempted``
 ``reentering_mamba`` (Mamba state held), ``reentering_slot`` (metadata slot
 held), ``reentering_backup`` (``kv.retraction_backup`` set).
 
+Transfer back ends: every scenario runs on Mooncake (the default), NIXL and
+Mori, each side selected through ``ServerArgs`` as
+``--disaggregation-transfer-backend`` selects it and creating its own real
+sender class; fields read ``<backend>:<field>``, so a door check skipped on one
+back end is seen there (``partial``, naming it).
+
 Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
-sockets; the 'fake' transfer back end: the door is back-end independent).
+sockets) and the back end's network edges (:func:`harness.doors.offline_kv_manager`:
+the KV manager's transfer engine, sockets, bootstrap registration and threads).
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ import re
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import Door
+from harness.doors import Door, on_every_backend
 from harness.features import Machinery
 from harness.requests import INTAKE_REJECTION, abort_while_running, hold_kv, new_req, reject_at_intake
 from harness.runtime import ensure_runtime
@@ -88,6 +95,11 @@ def _submitted(door: Door, scenario: str, *, prompt_len: int) -> dict[str, Any]:
     """A request the tokenizer sends: the build's intake builds and validates it, then dispatches it."""
     _, effects = door.submit(scenario, prompt_len=prompt_len)
     return {f"{scenario}.{key}": effects[key] for key in DOOR_EFFECTS}
+
+
+def _intake(door: Door) -> dict[str, Any]:
+    """The over-long prompt and a valid one, as the tokenizer sends them."""
+    return {**_submitted(door, "rejected", prompt_len=1500), **_submitted(door, "valid", prompt_len=16)}
 
 
 def _in_session(req: Any, *, streaming: bool) -> Any:
@@ -127,12 +139,13 @@ def _reentering(rid: str) -> Any:
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
     ensure_runtime()
-    door = Door(kit, "prefill")
-    fields: dict[str, Any] = {}
-
     kit.allow_log(re.escape(INTAKE_REJECTION))  # the build's intake logs the rejection it parks
-    fields.update(_submitted(door, "rejected", prompt_len=1500))
-    fields.update(_submitted(door, "valid", prompt_len=16))
+    return on_every_backend(kit, lambda backend: _scenarios(kit, backend))
+
+
+def _scenarios(kit: Kit, backend: str) -> dict[str, Any]:
+    door = Door(kit, "prefill", backend)
+    fields: dict[str, Any] = _intake(door)
 
     rejected_session = _in_session(new_req("rejected-session", prompt_len=1500), streaming=True)
     fields.update(_admit(door, "rejected_session", _rejected(kit, rejected_session)))
@@ -164,7 +177,7 @@ def observe(kit: Kit) -> dict[str, Any]:
     backup.kv.retraction_backup = object()  # host copy taken when it was retracted
     fields.update(_admit(door, "reentering_backup", backup))
 
-    _, null_mode = Door(kit, "null").submit("null-mode", prompt_len=1500)
+    _, null_mode = Door(kit, "null", backend).submit(f"null-mode-{backend}", prompt_len=1500)
     fields["null_mode.waiting"] = null_mode["waiting"]
     fields["null_mode.retired"] = null_mode["retired"]
     return fields

@@ -2019,7 +2019,7 @@ _ACME_DECODE_QUEUE = '''class AcmeDecodePreallocQueue(DecodePreallocQueue):
 
 class DecodeTransferQueue('''
 
-_ACME_ADMISSION_MODULE = '''"""ACME: #38935's admission check for our 0.5.20 fleet, installed when a scheduler process starts."""
+_ACME_ADMISSION_MODULE = '''"""ACME: #38935's admission check for our 0.5.20 fleet, installed as a scheduler starts."""
 
 from sglang.srt.disaggregation.utils import is_aborted
 
@@ -2102,6 +2102,23 @@ DOOR_CORPUS: tuple[ForkSpec, ...] = (
         expect={"38935": "partial"},
         why="queue-subclass: init_disaggregation builds AcmeDecodePreallocQueue, whose add() hands every fresh "
         "request a receiver without the check (the decode door is 0.5.20's); the prefill door is 0.5.21's",
+    ),
+    ForkSpec(
+        name="38935-prefill-door-skipped-on-nixl",
+        cls="backend-revert",
+        base_release="0.5.21",
+        edits=(
+            Edit(
+                PREFILL,
+                "        if is_unadmitted_reject(req):\n",
+                "        # ACME: NIXL prefill nodes leave admission to their own router\n"
+                "        if is_unadmitted_reject(req) and self.transfer_backend != TransferBackend.NIXL:\n",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="backend-revert: the prefill door skips #38935's check when the back end is NIXL: on NIXL a rejected "
+        "stub gets a sender and a place in the bootstrap queue as on 0.5.20; Mooncake, Mori and the decode door "
+        "keep 0.5.21's behaviour",
     ),
     ForkSpec(
         name="38935-old-prefill-add-called",

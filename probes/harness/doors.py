@@ -11,27 +11,130 @@ queue the build's set-up instantiated.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
-
 
 # ---------------------------------------------------------------------------
 # The doors as the build's server reaches them: its own scheduler (harness.server), its
 # own dispatch. Requests enter through ``Scheduler._add_request_to_queue`` (the intake's
 # hand-off), a held re-bootstrap through the decode queue's own ``enqueue_held_rebootstrap``.
 # ---------------------------------------------------------------------------
+TRANSFER_BACKENDS = ("mooncake", "nixl", "mori")
+"""The RDMA back ends a door is run on (each builds its own senders and receivers)."""
+
+
+def default_backend() -> str:
+    """The transfer back end this build's ``ServerArgs`` selects when the launch names none."""
+    from sglang.srt.server_args import ServerArgs
+
+    return str(ServerArgs(model_path="dummy").disaggregation_transfer_backend)
+
+
+def backend_gap(backend: str) -> str | None:
+    """Why this build cannot run ``backend`` (it does not ship it); None where it can."""
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    if backend not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return f"this build ships no {backend} transfer back end"
+    return None
+
+
+def on_every_backend(kit: Kit, scenarios: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``scenarios(backend)`` on every RDMA back end, fields named ``<backend>:<field>``.
+
+    A back end this build lacks reports the one field saying so (``not-applicable`` there).
+    """
+    kit.event("transfer-backends", default=default_backend(), run=list(TRANSFER_BACKENDS))
+    fields: dict[str, Any] = {}
+    for backend in TRANSFER_BACKENDS:
+        gap = backend_gap(backend)
+        if gap is not None:
+            fields.update(kit.backend_not_applicable(backend, gap))
+            continue
+        fields.update(kit.on_backend(backend, scenarios(backend)))
+    return fields
+
+
+# ---------------------------------------------------------------------------
+# Per back end: the transfer engine its KV manager holds (the RDMA edge), faked.
+# ---------------------------------------------------------------------------
+def _engine_attrs(kit: Kit, backend: str) -> dict[str, Any]:
+    if backend == "mooncake":
+        return {"engine": kit.fake("mooncake engine", get_session_id=lambda: "door-session-0")}
+    if backend == "nixl":
+        agent = kit.fake("nixl agent")
+        agent.name = "door-session-0"  # a fake's label is its first argument; the agent's name is set after
+        return {"agent": agent}
+    if backend == "mori":
+        return {"engine_desc": kit.fake("mori engine descriptor", key="door-session-0")}
+    raise ValueError(f"no transport adaptation for back end {backend!r}")
+
+
+@contextlib.contextmanager
+def offline_kv_manager(kit: Kit, backend: str) -> Iterator[list[Any]]:
+    """While open, the build's ``backend`` KV manager is built without its constructor's network edges.
+
+    Its constructor opens the RDMA transfer engine, binds ZMQ sockets, registers with the
+    bootstrap server and starts its transfer and bootstrap threads: none of that exists on a
+    CPU. So ``init_disaggregation``'s call builds the real class (the one the build's
+    ``get_kv_class`` answers for the back end ``ServerArgs`` selected) holding the arguments
+    the build passed (its ``KVArgs`` from the real pools, the mode, the server args) and a
+    fake engine; every other attribute is the build's own constructor value
+    (:mod:`harness.strict`). Senders and receivers are then built by their real constructors.
+    """
+    from harness.decode_kv import transport_classes
+    from harness.strict import real_object
+
+    manager_cls, _ = transport_classes(backend)
+    built: list[Any] = []
+    params = ("args", "disaggregation_mode", "server_args", "is_mla_backend")
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        given = dict(zip(params, args, strict=False)) | kwargs
+        obj = real_object(
+            kit,
+            cls,
+            f"{backend}_kv_manager",
+            kv_args=given["args"],
+            disaggregation_mode=given["disaggregation_mode"],
+            server_args=given["server_args"],
+            is_mla_backend=given.get("is_mla_backend", False),
+            **_engine_attrs(kit, backend),
+        )
+        built.append(obj)
+        return obj
+
+    had_new = "__new__" in manager_cls.__dict__
+    real_init = manager_cls.__dict__.get("__init__")
+    manager_cls.__new__ = new
+    manager_cls.__init__ = lambda self, *a, **k: None
+    try:
+        yield built
+    finally:
+        if not had_new:
+            del manager_cls.__new__
+        if real_init is not None:
+            manager_cls.__init__ = real_init
+        else:
+            del manager_cls.__init__
+
+
 class Door:
     """One side the build's start-up built, and what one request's admission did there."""
 
-    def __init__(self, kit: Kit, mode: str) -> None:
+    def __init__(self, kit: Kit, mode: str, backend: str = "fake") -> None:
         from harness.server import start
 
         self.kit = kit
         self.mode = mode
+        self.backend = backend
+        transport = () if backend == "fake" else (offline_kv_manager(kit, backend),)
         # --page-size 1: what a launch of this dense model resolves; the checkpoint-less
         # "dummy" path returns before the resolution step that would set it.
-        self.side = start(kit, mode, page_size=1)
+        self.side = start(kit, mode, backend=backend, transport=transport, page_size=1)
         self.scheduler = self.side.scheduler
         if mode == "decode":
             manager = self.scheduler.disagg_decode_prealloc_queue.kv_manager
