@@ -1,12 +1,15 @@
 """#38935 at the prefill door: an intake-rejected request must not be admitted to a PD handoff.
 
-Scenario: intake validation rejected a request with the real
+Scenario: the tokenizer sends a 1500-token prompt (a real
+``TokenizedGenerateReqInput``) to the prefill side the build's own start-up
+built (:mod:`harness.server`: its ``run_scheduler_process``, scheduler class,
+``init_disaggregation``). It enters where the server's event loop hands it on:
+the scheduler's ``process_input_requests`` -> its dispatcher ->
+``handle_generate_request``, whose intake validation rejects it with the real
 ``Req.set_finish_with_abort`` (verdict parked in ``to_finish``, prompt swapped
-for a one-token stub, ``finished()`` still False) and hands it to the prefill
-side the build's own start-up built (:mod:`harness.server`: its
-``run_scheduler_process``, scheduler class, ``init_disaggregation``), through
-the scheduler's own dispatch ``_add_request_to_queue`` -> its bootstrap queue's
-``add`` (whatever class the build's set-up instantiated). On the head the door
+for a one-token stub, ``finished()`` still False) and dispatches it through
+``_add_request_to_queue`` to its bootstrap queue's ``add`` (whatever class the
+build's set-up instantiated) -- or wherever the build's intake routes it. On the head the door
 retires it through the scheduler's ``retire_unadmitted_request``: its streaming
 session is let go, its beam group retired, the cache told, the 400 streamed
 (read off the socket to the detokenizer, as the build's output streamer wrote it).
@@ -30,34 +33,45 @@ Observations:
   does not produce yet; the head's ``retire_group`` call is there for it, and a
   port that drops the call is told apart.
 
-Controls, equal on base and head: a ``valid`` request is admitted with a
-sender; ``session_valid`` (a valid request of a busy streaming session) and
+Controls, equal on base and head: a ``valid`` request (sent by the tokenizer
+the same way) is admitted with a sender; ``session_valid`` (a valid request of a busy streaming session) and
 ``group_valid`` (a valid beam leader) keep their session and group;
 ``plain_session`` (a rejected request of a non-streaming session) keeps its
-session attached; ``null_mode`` (a non-PD server) keeps the rejected stub in its
-``waiting_queue``, where the scheduler's own abort handling ends it;
+session attached; ``null_mode`` (the over-long prompt sent to a non-PD server)
+keeps the rejected stub in its ``waiting_queue``, where the scheduler's own
+abort handling ends it; the session, group and re-entering scenarios model
+states intake does not build, so they are handed to ``_add_request_to_queue``;
 re-entering requests that still own something their queue must release are
 enqueued, not retired -- one per clause of the head's predicate: ``preempted``
 (``is_retracted``), ``reentering_kv`` (KV row held),
 ``reentering_mamba`` (Mamba state held), ``reentering_slot`` (metadata slot
 held), ``reentering_backup`` (``kv.retraction_backup`` set).
 
+Transfer back ends: every scenario runs on Mooncake (the default), NIXL and
+Mori, each side selected through ``ServerArgs`` as
+``--disaggregation-transfer-backend`` selects it and creating its own real
+sender class; fields read ``<backend>:<field>``, so a door check skipped on one
+back end is seen there (``partial``, naming it).
+
 Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
-sockets; the 'fake' transfer back end: the door is back-end independent).
+sockets) and the back end's network edges (:func:`harness.doors.offline_kv_manager`:
+the KV manager's transfer engine, sockets, bootstrap registration and threads).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import Door
+from harness.doors import Door, on_every_backend
 from harness.features import Machinery
-from harness.requests import abort_while_running, hold_kv, new_req, reject_at_intake
+from harness.requests import INTAKE_REJECTION, abort_while_running, hold_kv, new_req, reject_at_intake
 from harness.runtime import ensure_runtime
 
 # The machinery the fix changes: the PD prefill admission queue (absent before PD existed).
 MACHINERY = Machinery("PD prefill admission queue", "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue.add")
+DOOR_EFFECTS = ("enqueued", "sender_created", "retired", "streamed", "cache_aborts")
 
 
 def _admit(door: Door, scenario: str, req: Any) -> dict[str, Any]:
@@ -67,10 +81,7 @@ def _admit(door: Door, scenario: str, req: Any) -> dict[str, Any]:
     beams = door.scheduler.beam_coordinator
     beams._num_live_groups = int(group is not None)  # as validate_and_init counts a group in
     effects = door.admit(req)
-    fields = {
-        f"{scenario}.{key}": effects[key]
-        for key in ("enqueued", "sender_created", "retired", "streamed", "cache_aborts")
-    }
+    fields = {f"{scenario}.{key}": effects[key] for key in DOOR_EFFECTS}
     if session is not None:
         fields[f"{scenario}.session_busy"] = session._inflight
         fields[f"{scenario}.session_detached"] = req.session is None
@@ -78,6 +89,17 @@ def _admit(door: Door, scenario: str, req: Any) -> dict[str, Any]:
         fields[f"{scenario}.group_retired"] = group.retired
         fields[f"{scenario}.live_groups"] = beams._num_live_groups
     return fields
+
+
+def _submitted(door: Door, scenario: str, *, prompt_len: int) -> dict[str, Any]:
+    """A request the tokenizer sends: the build's intake builds and validates it, then dispatches it."""
+    _, effects = door.submit(scenario, prompt_len=prompt_len)
+    return {f"{scenario}.{key}": effects[key] for key in DOOR_EFFECTS}
+
+
+def _intake(door: Door) -> dict[str, Any]:
+    """The over-long prompt and a valid one, as the tokenizer sends them."""
+    return {**_submitted(door, "rejected", prompt_len=1500), **_submitted(door, "valid", prompt_len=16)}
 
 
 def _in_session(req: Any, *, streaming: bool) -> Any:
@@ -117,11 +139,13 @@ def _reentering(rid: str) -> Any:
 def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
     ensure_runtime()
-    door = Door(kit, "prefill")
-    fields: dict[str, Any] = {}
+    kit.allow_log(re.escape(INTAKE_REJECTION))  # the build's intake logs the rejection it parks
+    return on_every_backend(kit, lambda backend: _scenarios(kit, backend))
 
-    fields.update(_admit(door, "rejected", _rejected(kit, new_req("rejected", prompt_len=1500))))
-    fields.update(_admit(door, "valid", new_req("valid", prompt_len=16)))
+
+def _scenarios(kit: Kit, backend: str) -> dict[str, Any]:
+    door = Door(kit, "prefill", backend)
+    fields: dict[str, Any] = _intake(door)
 
     rejected_session = _in_session(new_req("rejected-session", prompt_len=1500), streaming=True)
     fields.update(_admit(door, "rejected_session", _rejected(kit, rejected_session)))
@@ -153,7 +177,7 @@ def observe(kit: Kit) -> dict[str, Any]:
     backup.kv.retraction_backup = object()  # host copy taken when it was retracted
     fields.update(_admit(door, "reentering_backup", backup))
 
-    null_mode = Door(kit, "null").admit(_rejected(kit, new_req("null-mode", prompt_len=1500)))
+    _, null_mode = Door(kit, "null", backend).submit(f"null-mode-{backend}", prompt_len=1500)
     fields["null_mode.waiting"] = null_mode["waiting"]
     fields["null_mode.retired"] = null_mode["retired"]
     return fields

@@ -2061,3 +2061,260 @@ DECODE_WIRED_CORPUS: tuple[ForkSpec, ...] = (
     ),
 )
 CORPUS = CORPUS + DECODE_WIRED_CORPUS
+
+# ---------------------------------------------------------------------------------------------
+# The doors and the prefill result step as the server reaches them: intake, dispatch, start-up
+# ---------------------------------------------------------------------------------------------
+CLASSES.update(
+    {
+        "startup-apply": "run_scheduler_process, next to load_plugins(), installs a fix the release lacks",
+        "fix-in-door-caller": "the fix placed in the scheduler's dispatch, before an unchanged door",
+    }
+)
+
+_ACME_DECODE_QUEUE = '''class AcmeDecodePreallocQueue(DecodePreallocQueue):
+    """ACME: the prealloc queue our decode nodes run, with admission accounting of our own."""
+
+    def add(
+        self, req: Req, is_retracted: bool = False, is_rebootstrap: bool = False
+    ) -> None:
+        self.acme_admitted = getattr(self, "acme_admitted", 0) + 1
+        if self._check_if_req_exceed_kv_capacity(req):
+            return
+        if is_retracted:
+            req.retraction_mb_id = None
+            self.retracted_queue.append(req)
+            return
+        decode_req = self._create_receiver_and_enqueue(
+            req, is_rebootstrap=is_rebootstrap
+        )
+        if _is_fake_transfer(req):
+            decode_req.kv_receiver.init(0)
+            return
+        prefill_dp_rank = self._resolve_prefill_dp_rank(req)
+        if prefill_dp_rank is not None:
+            decode_req.kv_receiver.init(prefill_dp_rank)
+            return
+        self.pending_reqs.append(decode_req)
+
+
+class DecodeTransferQueue('''
+
+_ACME_ADMISSION_MODULE = '''"""ACME: #38935's admission check for our 0.5.20 fleet, installed as a scheduler starts."""
+
+from sglang.srt.disaggregation.utils import is_aborted
+
+_installed = False
+
+
+def acme_rejected_at_intake(req) -> bool:
+    """Rejected at intake and holding nothing a queue must release (a re-entering request may hold a pending abort)."""
+    if not is_aborted(req):
+        return False
+    kv = req.kv
+    still_owns = kv.holds_kv or kv.holds_mamba or kv.retraction_backup is not None
+    return not (req.is_retracted or still_owns or req.metadata_buffer_index >= 0)
+
+
+def acme_retire_at_door(scheduler, req) -> None:
+    """End a request a PD door refused, before it acquired anything."""
+    session = req.session
+    if session is not None and session.streaming:
+        session.abort_req()
+        req.session = None
+    scheduler.beam_coordinator.retire_group(req)
+    scheduler._release_aborted_request(req)
+    verdict = req.finished_reason or req.to_finish
+    req.time_stats.trace_ctx.abort(abort_info={"reason": verdict.message})
+    req.update_finish_state()
+    scheduler.output_streamer.stream_output([req], req.return_logprob)
+
+
+def install_admission_check() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+    from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
+
+    prefill_add = PrefillBootstrapQueue.add
+    decode_add = DecodePreallocQueue.add
+
+    def checked_prefill_add(self, req, num_kv_heads):
+        if acme_rejected_at_intake(req):
+            acme_retire_at_door(self.scheduler, req)
+            return
+        prefill_add(self, req, num_kv_heads)
+
+    def checked_decode_add(self, req, is_retracted=False, is_rebootstrap=False):
+        if not (is_retracted or is_rebootstrap) and acme_rejected_at_intake(req):
+            acme_retire_at_door(self.scheduler, req)
+            return
+        decode_add(self, req, is_retracted=is_retracted, is_rebootstrap=is_rebootstrap)
+
+    PrefillBootstrapQueue.add = checked_prefill_add
+    DecodePreallocQueue.add = checked_decode_add
+'''
+
+_OLD_PREFILL_ADD_21 = '''    def acme_add(self, req: Req, num_kv_heads: int) -> None:
+        """ACME: admission as our router expects it (kept from 0.5.20)."""
+        if not self.create_sender(req, num_kv_heads):
+            return
+        self.queue.append(req)
+
+    def add(self, req: Req, num_kv_heads: int) -> None:
+'''
+
+DOOR_CORPUS: tuple[ForkSpec, ...] = (
+    ForkSpec(
+        name="38935-decode-queue-subclass",
+        cls="queue-subclass",
+        base_release="0.5.21",
+        edits=(
+            Edit(DECODE, "class DecodeTransferQueue(", _ACME_DECODE_QUEUE),
+            Edit(SCHEDULER, "    DecodePreallocQueue,\n", "    AcmeDecodePreallocQueue,\n    DecodePreallocQueue,\n"),
+            Edit(
+                SCHEDULER,
+                "self.disagg_decode_prealloc_queue = DecodePreallocQueue(",
+                "self.disagg_decode_prealloc_queue = AcmeDecodePreallocQueue(",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="queue-subclass: init_disaggregation builds AcmeDecodePreallocQueue, whose add() hands every fresh "
+        "request a receiver without the check (the decode door is 0.5.20's); the prefill door is 0.5.21's",
+    ),
+    ForkSpec(
+        name="38935-prefill-door-skipped-on-nixl",
+        cls="backend-revert",
+        base_release="0.5.21",
+        edits=(
+            Edit(
+                PREFILL,
+                "        if is_unadmitted_reject(req):\n",
+                "        # ACME: NIXL prefill nodes leave admission to their own router\n"
+                "        if is_unadmitted_reject(req) and self.transfer_backend != TransferBackend.NIXL:\n",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="backend-revert: the prefill door skips #38935's check when the back end is NIXL: on NIXL a rejected "
+        "stub gets a sender and a place in the bootstrap queue as on 0.5.20; Mooncake, Mori and the decode door "
+        "keep 0.5.21's behaviour",
+    ),
+    ForkSpec(
+        name="38935-old-prefill-add-called",
+        cls="handler-not-called",
+        base_release="0.5.21",
+        edits=(
+            Edit(PREFILL, "    def add(self, req: Req, num_kv_heads: int) -> None:\n", _OLD_PREFILL_ADD_21),
+            Edit(
+                SCHEDULER,
+                "            self.disagg_prefill_bootstrap_queue.add(\n"
+                "                req, self.model_config.num_key_value_heads\n",
+                "            self.disagg_prefill_bootstrap_queue.acme_add(\n"
+                "                req, self.model_config.num_key_value_heads\n",
+            ),
+        ),
+        expect={"38935": "partial"},
+        why="handler-not-called: PrefillBootstrapQueue.add keeps the check, but the scheduler's dispatch now calls "
+        "acme_add, 0.5.20's admission: the prefill door admits the rejected stub; the decode door is 0.5.21's",
+    ),
+    ForkSpec(
+        name="38935-startup-applies",
+        cls="startup-apply",
+        base_release="0.5.20",
+        edits=(
+            new_module("sglang/srt/acme_admission.py", _ACME_ADMISSION_MODULE),
+            Edit(
+                SCHEDULER,
+                "    load_plugins()\n",
+                "    load_plugins()\n"
+                "    # ACME: the PD doors refuse what intake rejected (#38935, not in our release).\n"
+                "    from sglang.srt.acme_admission import install_admission_check\n\n"
+                "    install_admission_check()\n",
+            ),
+        ),
+        expect={"38935": "present"},
+        why="startup-apply: run_scheduler_process wraps both doors' add() with #38935's check (same five clauses) "
+        "and retirement (session, beam group, cache, finish state, 400 streamed) before any sender or receiver",
+    ),
+    ForkSpec(
+        name="38935-fix-in-dispatch",
+        cls="fix-in-door-caller",
+        base_release="0.5.20",
+        edits=(
+            new_module("sglang/srt/acme_admission.py", _ACME_ADMISSION_MODULE),
+            Edit(
+                SCHEDULER,
+                "        elif self.disaggregation_mode == DisaggregationMode.PREFILL:\n"
+                "            self._prefetch_kvcache(req)\n",
+                "        elif not is_retracted and acme_rejected_at_intake(req):\n"
+                "            # ACME (#38935): a PD door never sees what intake rejected.\n"
+                "            acme_retire_at_door(self, req)\n"
+                "        elif self.disaggregation_mode == DisaggregationMode.PREFILL:\n"
+                "            self._prefetch_kvcache(req)\n",
+            ),
+            Edit(
+                SCHEDULER,
+                "from sglang.srt.disaggregation.utils import (\n",
+                "from sglang.srt.acme_admission import acme_rejected_at_intake, acme_retire_at_door\n"
+                "from sglang.srt.disaggregation.utils import (\n",
+            ),
+        ),
+        expect={"38935": "present"},
+        why="fix-in-door-caller: _add_request_to_queue retires a rejected stub of a PD side before either "
+        "unchanged door (a retracted hand-over and the decode queue's own re-bootstrap bypass it, as the head's "
+        "door exempts them): both doors behave like 0.5.21's",
+    ),
+    ForkSpec(
+        name="36988-release-helper-moved",
+        cls="moved-helper",
+        base_release="0.5.20",
+        edits=(
+            new_module(
+                "sglang/srt/disaggregation/prefill_release.py",
+                '"""ACME: how prefill gives an aborted request\'s KV back (moved out of prefill.py)."""\n\n'
+                "from sglang.srt.mem_cache.common import release_kv_cache\n\n\n"
+                "def release_aborted_kv(req, tree_cache):\n"
+                "    release_kv_cache(req, tree_cache, is_insert=False)\n",
+            ),
+            Edit(
+                PREFILL,
+                "from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool\n",
+                "from sglang.srt.disaggregation.prefill_release import release_aborted_kv\n"
+                "from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool\n",
+            ),
+            Edit(
+                PREFILL,
+                "        if req.kv.holds_kv or req.kv.holds_mamba:\n"
+                "            release_kv_cache(req, self.tree_cache, is_insert=False)\n"
+                "        return True\n",
+                "        if req.kv.holds_kv or req.kv.holds_mamba:\n"
+                "            release_aborted_kv(req, self.tree_cache)\n"
+                "        return True\n",
+            ),
+        ),
+        expect={"36988": "present"},
+        why="moved-helper: _retire_aborted_prefill_result releases through a helper in a new module that imports "
+        "release_kv_cache itself; the same call, so 0.5.20's behaviour",
+    ),
+    ForkSpec(
+        name="36988-metrics-counter",
+        cls="harmless-metrics",
+        base_release="0.5.20",
+        edits=(
+            Edit(
+                PREFILL,
+                '        """Release an aborted request when its last prefill result is safe."""\n',
+                '        """Release an aborted request when its last prefill result is safe."""\n'
+                "        if self.metrics_reporter.enable_metrics:\n"
+                "            reporter = self.metrics_reporter\n"
+                '            reporter.acme_retired_total = getattr(reporter, "acme_retired_total", 0) + 1\n',
+            ),
+        ),
+        expect={"36988": "present"},
+        why="harmless-metrics: a counter in _retire_aborted_prefill_result gated on the reporter's enable_metrics "
+        "(off by default): the fix's behaviour is 0.5.20's",
+    ),
+)
+CORPUS = CORPUS + DOOR_CORPUS

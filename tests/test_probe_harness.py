@@ -367,3 +367,34 @@ def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: 
     finally:
         sys.modules.pop(moved.__name__, None)
         sys.modules.pop("sglang.fake_late", None)
+
+
+def test_the_prefill_results_release_is_swapped_where_defined_and_everywhere_bound() -> None:
+    """#36988's KV release: a helper module of the build that imported it itself calls the stand-in too;
+    a build that rebound the name in the prefill module alone gets that binding swapped."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.prefill_results import _swap_everywhere
+    finally:
+        sys.path.remove(str(PROBES))
+    common = ModuleType("sglang.fake_common")
+    exec("def release_kv_cache(req):\n    return 'real'\n", common.__dict__)  # noqa: S102 - a module's own function
+    prefill = ModuleType("sglang.fake_prefill")
+    prefill.release_kv_cache = common.release_kv_cache  # type: ignore[attr-defined]
+    helper = ModuleType("sglang.fake_prefill_release")  # the moved helper's own import
+    helper.release_kv_cache = common.release_kv_cache  # type: ignore[attr-defined]
+    for module in (common, prefill, helper):
+        sys.modules[module.__name__] = module
+    try:
+        with contextlib.ExitStack() as stack:
+            _swap_everywhere(stack, prefill, "release_kv_cache", lambda req: "stand-in")
+            assert [m.release_kv_cache(None) for m in (common, prefill, helper)] == ["stand-in"] * 3
+        assert [m.release_kv_cache(None) for m in (common, prefill, helper)] == ["real"] * 3
+        prefill.release_kv_cache = lambda req: "wrapped"  # type: ignore[attr-defined]  # rebound here alone
+        with contextlib.ExitStack() as stack:
+            _swap_everywhere(stack, prefill, "release_kv_cache", lambda req: "stand-in")
+            assert (prefill.release_kv_cache(None), helper.release_kv_cache(None)) == ("stand-in", "real")
+        assert prefill.release_kv_cache(None) == "wrapped"
+    finally:
+        for module in (common, prefill, helper):
+            sys.modules.pop(module.__name__, None)

@@ -1,139 +1,140 @@
-"""The two PD admission doors, real and built without their constructors.
+"""The two PD admission doors as the build's server reaches them.
 
-- :func:`prefill_door`: a real ``PrefillBootstrapQueue`` (real ``create_sender``, real
-  capacity check, the 'fake' transfer backend's real ``FakeKVSender``);
-- :func:`decode_door`: a real ``DecodePreallocQueue`` (real capacity check, real
-  ``_create_receiver_and_enqueue``, spied on, with the 'fake' backend's ``FakeKVReceiver``,
-  real prefill-rank lookup: nothing cached, so a request waits in ``pending_reqs``).
-
-Both are wired to a real, bare ``Scheduler`` (:mod:`harness.scheduler`). Faked are the KV
-manager (transport), the KV pool and its allocator, the tree cache and the beam
-coordinator's GPU pools, and the output streamer (ZMQ).
+:class:`Door` is one side (prefill, decode or null) the build's own start-up built
+(:mod:`harness.server`): its ``run_scheduler_process``, scheduler class and
+``init_disaggregation``, with only the model, GPU, process groups and ZMQ faked.
+A request enters where the server hands it on -- the tokenizer's message through the
+scheduler's ``process_input_requests`` (:meth:`Door.submit`), or a request intake does not
+build through ``_add_request_to_queue`` (:meth:`Door.admit`) -- and the door is whatever
+queue the build's set-up instantiated.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from difflab.probe.kit import Kit
-from harness.scheduler import bare_scheduler
-from harness.strict import bare
-
-NUM_KV_HEADS = 8
-MAX_TOTAL_TOKENS = 1024  # below the rejected prompt (1500), above its one-token stub
-
-
-# ---------------------------------------------------------------------------
-# Version adaptations: what the prefill door reads off its queue, by feature.
-#   capacity bound: max_total_num_tokens (<= 0.5.22); max_input_len from the module's
-#       max_bootstrap_input_len (0.5.23)
-#   tp_rank / pp_rank: create_sender hands them to senders whose constructor takes
-#       dest_tp_ranks (<= 0.5.21)
-# ---------------------------------------------------------------------------
-def _queue_reads() -> dict[str, Any]:
-    from sglang.srt.disaggregation import prefill
-    from sglang.srt.disaggregation.base.conn import BaseKVSender
-
-    reads: dict[str, Any] = {}
-    if hasattr(prefill, "max_bootstrap_input_len"):
-        reads["max_input_len"] = prefill.max_bootstrap_input_len(capacity=MAX_TOTAL_TOKENS, page_size=1, shard_size=1)
-    else:
-        reads["max_total_num_tokens"] = MAX_TOTAL_TOKENS
-    if "dest_tp_ranks" in inspect.signature(BaseKVSender.__init__).parameters:
-        reads.update(tp_rank=0, pp_rank=0)
-    return reads
-
-
-# ---------------------------------------------------------------------------
-# Version adaptations of the KV allocator the decode door consults, by feature.
-#   prealloc_ceiling_fits(full, swa): capacity check asks the allocator first (0.5.21)
-#   get_kvcache(): a retracted request asks which pool kind it is (dsv4_needs_rebootstrap, 0.5.22)
-# ---------------------------------------------------------------------------
-def _allocator(kit: Kit) -> Any:
-    from sglang.srt.mem_cache import common
-    from sglang.srt.mem_cache.allocator import BaseTokenToKVPoolAllocator
-
-    attrs: dict[str, Any] = {"page_size": 1}
-    if hasattr(BaseTokenToKVPoolAllocator, "prealloc_ceiling_fits"):
-        # None: no ceiling of its own, the token capacity is the only bound (the base class answer).
-        attrs["prealloc_ceiling_fits"] = kit.recorder("prealloc_ceiling_fits", returns=None)
-    if hasattr(common, "dsv4_needs_rebootstrap"):
-        attrs["get_kvcache"] = kit.recorder("get_kvcache", returns=kit.fake("kv_pool"))
-    return kit.fake("token_to_kv_pool_allocator", **attrs)
-
-
-def prefill_door(kit: Kit, live_groups: int = 0) -> tuple[Any, dict[str, Any]]:
-    """A real PrefillBootstrapQueue (no constructor) wired to a real, bare Scheduler.
-
-    Returns the queue and what the scheduler lets a probe observe (``sent``,
-    ``cache_abort``, ``beams``: the real beam coordinator).
-    """
-    from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-    from sglang.srt.disaggregation.utils import TransferBackend
-
-    scheduler, seen = bare_scheduler(kit, live_groups=live_groups)
-    queue = bare(
-        kit,
-        PrefillBootstrapQueue,
-        scheduler=scheduler,
-        queue=[],
-        transfer_backend=TransferBackend.FAKE,
-        kv_manager=kit.fake("kv_manager"),
-        bootstrap_port=8998,
-        **_queue_reads(),
-    )
-    return queue, seen | {"beams": scheduler.beam_coordinator}
-
-
-def decode_door(kit: Kit) -> tuple[Any, dict[str, Any]]:
-    """A real DecodePreallocQueue (no constructor) wired to a real, bare Scheduler.
-
-    Returns the queue and what a probe observes (``sent``, ``cache_abort``, and
-    ``create``: the spy on ``_create_receiver_and_enqueue``).
-    """
-    from sglang.srt.disaggregation.decode import DecodePreallocQueue
-    from sglang.srt.disaggregation.utils import TransferBackend
-
-    scheduler, seen = bare_scheduler(kit, enable_hisparse=False)
-    queue = bare(
-        kit,
-        DecodePreallocQueue,
-        scheduler=scheduler,
-        queue=[],
-        pending_reqs=[],
-        retracted_queue=[],
-        max_total_num_tokens=MAX_TOTAL_TOKENS,
-        num_reserved_decode_tokens=0,
-        token_to_kv_pool=kit.fake("token_to_kv_pool"),
-        token_to_kv_pool_allocator=_allocator(kit),
-        transfer_backend=TransferBackend.FAKE,
-        # No prefill peer resolved yet: the request waits in pending_reqs.
-        kv_manager=kit.fake("kv_manager", prefill_info_table={}),
-    )
-    create_receiver = kit.recorder(
-        "_create_receiver_and_enqueue",
-        side_effect=functools.partial(DecodePreallocQueue._create_receiver_and_enqueue, queue),
-    )
-    queue._create_receiver_and_enqueue = create_receiver
-    return queue, {**seen, "create": create_receiver}
-
+from difflab.probe.kit import Kit, ProbeFailure
 
 # ---------------------------------------------------------------------------
 # The doors as the build's server reaches them: its own scheduler (harness.server), its
 # own dispatch. Requests enter through ``Scheduler._add_request_to_queue`` (the intake's
 # hand-off), a held re-bootstrap through the decode queue's own ``enqueue_held_rebootstrap``.
 # ---------------------------------------------------------------------------
+TRANSFER_BACKENDS = ("mooncake", "nixl", "mori")
+"""The RDMA back ends a door is run on (each builds its own senders and receivers)."""
+
+
+def default_backend() -> str:
+    """The transfer back end this build's ``ServerArgs`` selects when the launch names none."""
+    from sglang.srt.server_args import ServerArgs
+
+    return str(ServerArgs(model_path="dummy").disaggregation_transfer_backend)
+
+
+def backend_gap(backend: str) -> str | None:
+    """Why this build cannot run ``backend`` (it does not ship it); None where it can."""
+    from sglang.srt.server_args import DISAGG_TRANSFER_BACKEND_CHOICES
+
+    if backend not in DISAGG_TRANSFER_BACKEND_CHOICES:
+        return f"this build ships no {backend} transfer back end"
+    return None
+
+
+def on_every_backend(kit: Kit, scenarios: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``scenarios(backend)`` on every RDMA back end, fields named ``<backend>:<field>``.
+
+    A back end this build lacks reports the one field saying so (``not-applicable`` there).
+    """
+    kit.event("transfer-backends", default=default_backend(), run=list(TRANSFER_BACKENDS))
+    fields: dict[str, Any] = {}
+    for backend in TRANSFER_BACKENDS:
+        gap = backend_gap(backend)
+        if gap is not None:
+            fields.update(kit.backend_not_applicable(backend, gap))
+            continue
+        fields.update(kit.on_backend(backend, scenarios(backend)))
+    return fields
+
+
+# ---------------------------------------------------------------------------
+# Per back end: the transfer engine its KV manager holds (the RDMA edge), faked.
+# ---------------------------------------------------------------------------
+def _engine_attrs(kit: Kit, backend: str) -> dict[str, Any]:
+    if backend == "mooncake":
+        return {"engine": kit.fake("mooncake engine", get_session_id=lambda: "door-session-0")}
+    if backend == "nixl":
+        agent = kit.fake("nixl agent")
+        agent.name = "door-session-0"  # a fake's label is its first argument; the agent's name is set after
+        return {"agent": agent}
+    if backend == "mori":
+        return {"engine_desc": kit.fake("mori engine descriptor", key="door-session-0")}
+    raise ValueError(f"no transport adaptation for back end {backend!r}")
+
+
+@contextlib.contextmanager
+def offline_kv_manager(kit: Kit, backend: str) -> Iterator[list[Any]]:
+    """While open, the build's ``backend`` KV manager is built without its constructor's network edges.
+
+    Its constructor opens the RDMA transfer engine, binds ZMQ sockets, registers with the
+    bootstrap server and starts its transfer and bootstrap threads: none of that exists on a
+    CPU. So ``init_disaggregation``'s call builds the real class (the one the build's
+    ``get_kv_class`` answers for the back end ``ServerArgs`` selected) holding the arguments
+    the build passed (its ``KVArgs`` from the real pools, the mode, the server args) and a
+    fake engine; every other attribute is the build's own constructor value
+    (:mod:`harness.strict`). Senders and receivers are then built by their real constructors.
+    """
+    from harness.decode_kv import transport_classes
+    from harness.strict import real_object
+
+    manager_cls, _ = transport_classes(backend)
+    built: list[Any] = []
+    params = ("args", "disaggregation_mode", "server_args", "is_mla_backend")
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        given = dict(zip(params, args, strict=False)) | kwargs
+        obj = real_object(
+            kit,
+            cls,
+            f"{backend}_kv_manager",
+            kv_args=given["args"],
+            disaggregation_mode=given["disaggregation_mode"],
+            server_args=given["server_args"],
+            is_mla_backend=given.get("is_mla_backend", False),
+            **_engine_attrs(kit, backend),
+        )
+        built.append(obj)
+        return obj
+
+    had_new = "__new__" in manager_cls.__dict__
+    real_init = manager_cls.__dict__.get("__init__")
+    manager_cls.__new__ = new
+    manager_cls.__init__ = lambda self, *a, **k: None
+    try:
+        yield built
+    finally:
+        if not had_new:
+            del manager_cls.__new__
+        if real_init is not None:
+            manager_cls.__init__ = real_init
+        else:
+            del manager_cls.__init__
+
+
 class Door:
     """One side the build's start-up built, and what one request's admission did there."""
 
-    def __init__(self, kit: Kit, mode: str) -> None:
+    def __init__(self, kit: Kit, mode: str, backend: str = "fake") -> None:
         from harness.server import start
 
         self.kit = kit
         self.mode = mode
-        self.side = start(kit, mode)
+        self.backend = backend
+        transport = () if backend == "fake" else (offline_kv_manager(kit, backend),)
+        # --page-size 1: what a launch of this dense model resolves; the checkpoint-less
+        # "dummy" path returns before the resolution step that would set it.
+        self.side = start(kit, mode, backend=backend, transport=transport, page_size=1)
         self.scheduler = self.side.scheduler
         if mode == "decode":
             manager = self.scheduler.disagg_decode_prealloc_queue.kv_manager
@@ -142,6 +143,24 @@ class Door:
                 # bootstrap host looks its prefill peer up in the table every real back
                 # end's manager keeps. No peer has registered yet: it waits in pending_reqs.
                 manager.prefill_info_table = {}
+
+    def submit(self, rid: str, prompt_len: int = 16) -> tuple[Any, dict[str, Any]]:
+        """Send a tokenized request to the scheduler as the tokenizer does; return its ``Req`` and the side's effects.
+
+        The request enters through the scheduler's own ``process_input_requests`` (its
+        dispatcher, ``handle_generate_request``, the intake validation of the build), so a
+        build that validates or routes differently is judged by what its intake does. The
+        ``Req`` is the one the intake built (every ``Req`` constructed meanwhile is noted).
+        """
+        from harness.requests import built_reqs, tokenized_request
+
+        before = self._cache_aborts()
+        with built_reqs() as built:
+            self.scheduler.process_input_requests([tokenized_request(rid, prompt_len)])
+        reqs = [r for r in built if r.rid == rid]
+        if len(reqs) != 1:
+            raise ProbeFailure(f"the build's intake built {len(reqs)} Req(s) for {rid!r}, expected 1")
+        return reqs[0], self._effects(reqs[0], before)
 
     def admit(self, req: Any, *, retracted: bool = False) -> dict[str, Any]:
         """Hand ``req`` to the scheduler's dispatch; report what the side did with it."""

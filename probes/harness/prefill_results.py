@@ -1,27 +1,26 @@
-"""A real prefill ``Scheduler`` receiving prefill results, built without its constructor.
+"""The prefill side the build's start-up built, receiving prefill results through its own dispatch.
 
-The real ``SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill``
-runs on a bare real ``Scheduler``; each request holds a KV row, a metadata slot of the
-real ``ReqToMetadataIdxAllocator`` and a real ``FakeKVSender`` (the 'fake' transfer
-backend). Faked are the KV release and radix-insert functions and the tree cache (GPU
-memory; swapped where ``disaggregation/prefill.py`` imported them, as SGLang's tests
-do), ``send_kv_chunk`` (the transfer), the batch-result processor and metrics reporter
-(GPU tensors), the output streamer (ZMQ) and the bootstrap queue (a list).
+:class:`WiredPrefill` hands batches of results to the scheduler's own
+``process_batch_result`` (which the build resolves to its disaggregated prefill step);
+each request holds a KV row, a slot of the metadata allocator the build's
+``init_disaggregation`` made and a real ``FakeKVSender`` (the 'fake' transfer back end).
+Faked are the KV release and radix-insert functions (GPU memory; swapped where
+``disaggregation/prefill.py`` imported them, as SGLang's tests do, and in every other
+module of the build bound to the same function) and what
+:mod:`harness.server` fakes (model, GPU, process groups, ZMQ sockets).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
 from difflab.probe.kit import Call, Kit, Recorder
-from harness.requests import drop_kv, fake_kv_sender, fake_output_streamer, hold_kv, new_req, set_scheduled_extent
-from harness.runtime import cache_aborts, fake_tree_cache, swapped
-from harness.strict import bare
+from harness.requests import drop_kv, fake_kv_sender, hold_kv, new_req, set_scheduled_extent
+from harness.runtime import cache_aborts, swapped, swapped_at_import_sites
 
 PROMPT = 16
 
@@ -84,20 +83,21 @@ class WiredPrefill:
     ``init_disaggregation`` built, its inflight and bootstrap queues, its output streamer
     writing to a fake socket, its ``send_kv_chunk`` (spied on the instance, the build's
     method runs), the tree cache the harness's KV build recorded. The KV release and radix
-    insert are swapped where ``disaggregation/prefill.py`` imported them.
+    insert are swapped where the build defines them and everywhere it imported them.
     """
 
-    def __init__(self, kit: Kit, stack: ExitStack) -> None:
+    def __init__(self, kit: Kit, stack: ExitStack, side: Any = None) -> None:
+        """``side``: a prefill side :func:`harness.server.start` built; the probe's shared one if None."""
         from sglang.srt.disaggregation import prefill
 
         self.kit = kit
-        self.side = wired_prefill(kit)
+        self.side = side if side is not None else wired_prefill(kit)
         self.scheduler = self.side.scheduler
         self.inserts = _release_inserts(prefill.release_kv_cache)
         self.release = kit.recorder("release_kv_cache", side_effect=lambda req, *a, **k: drop_kv(req))
         self.radix_insert = kit.recorder(_radix_insert_name(prefill))
-        stack.enter_context(swapped(prefill, "release_kv_cache", self.release))
-        stack.enter_context(swapped(prefill, _radix_insert_name(prefill), self.radix_insert))
+        _swap_everywhere(stack, prefill, "release_kv_cache", self.release)
+        _swap_everywhere(stack, prefill, _radix_insert_name(prefill), self.radix_insert)
         self.slots = self.scheduler.req_to_metadata_buffer_idx_allocator
         real_free = type(self.slots).free.__get__(self.slots)
         self.metadata_free = kit.recorder("metadata.free", side_effect=real_free)
@@ -145,6 +145,50 @@ class WiredPrefill:
             "retired": req.finished(),
         }
 
+    def prefilled(self, rid: str, tokens: int = PROMPT) -> Any:
+        """A bootstrapped request whose prefill ran ``tokens`` tokens: KV row, metadata slot, a real sender."""
+        req = new_req(rid, prompt_len=PROMPT)
+        hold_kv(req, tokens)
+        req.metadata_buffer_index = self.slots.alloc()
+        req.disagg_kv_sender = fake_kv_sender(self.kv_manager, req)
+        self.sender_abort[req.rid] = self.kit.recorder("sender.abort", side_effect=req.disagg_kv_sender.abort)
+        req.disagg_kv_sender.abort = self.sender_abort[req.rid]
+        req.pending_bootstrap = False
+        set_scheduled_extent(req, 0, PROMPT)
+        return req
+
+    def middle_chunk(self, rid: str, *, start: int, end: int, pending_bootstrap: bool = False) -> Any:
+        """A chunked request with one middle chunk in flight that prefills prompt tokens ``[start, end)``."""
+        req = self.prefilled(rid, tokens=end)
+        set_scheduled_extent(req, start, end)
+        req.inflight_middle_chunks = 1
+        req.pending_bootstrap = pending_bootstrap
+        if not pending_bootstrap:
+            self.scheduler.disagg_prefill_pending_chunk_rids.add(req.rid)  # its chunk's KV send is owed
+        return req
+
+    def seen(self, req: Any, *names: str) -> dict[str, Any]:
+        """The named effects so far, ``inflight`` as a yes/no."""
+        counts = self.counts(req)
+        counts["inflight"] = counts["inflight"] > 0
+        return {name: counts[name] for name in names}
+
+
+def _swap_everywhere(stack: ExitStack, module: Any, name: str, value: Any) -> None:
+    """``module.name`` swapped where the build defines it and in every module of the build that imported it.
+
+    SGLang's tests patch it where ``disaggregation/prefill.py`` imported it; a build may call
+    it from elsewhere too (a helper moved to a module of its own imports it itself).
+    """
+    import sys
+
+    original = getattr(module, name)
+    owner = sys.modules.get(getattr(original, "__module__", None) or "")
+    if owner is not None and getattr(owner, name, None) is original:
+        stack.enter_context(swapped_at_import_sites(owner, name, value))
+    else:  # the build rebound it in this module alone: swap that binding
+        stack.enter_context(swapped(module, name, value))
+
 
 @contextlib.contextmanager
 def _on_instance(obj: Any, name: str, value: Any) -> Iterator[None]:
@@ -188,139 +232,3 @@ def _result(reqs: list[Any]) -> Any:
     from sglang.srt.managers.utils import GenerationBatchResult
 
     return GenerationBatchResult(next_token_ids=torch.full((len(reqs),), 11))
-
-
-class PrefillScheduler:
-    """One bare scheduler and its recorded collaborators, built fresh per scenario.
-
-    ``slots`` is the size of the real metadata-slot allocator (one per request in flight).
-    The KV release and radix insert are swapped in for as long as ``stack`` is open; with
-    no stack, only while :meth:`patched` is (several schedulers in one process).
-    """
-
-    def __init__(self, kit: Kit, stack: ExitStack | None, slots: int = 4) -> None:
-        from sglang.srt.disaggregation import prefill
-        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-        from sglang.srt.managers.scheduler import Scheduler
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-        self.kit = kit
-        self.inserts = _release_inserts(prefill.release_kv_cache)
-        self.release = kit.recorder("release_kv_cache", side_effect=lambda req, *a, **k: drop_kv(req))
-        self.radix_insert = kit.recorder(_radix_insert_name(prefill))
-        if stack is not None:
-            stack.enter_context(self.patched())
-
-        self.slots = ReqToMetadataIdxAllocator(slots)
-        self.metadata_free = kit.recorder("metadata.free", side_effect=self.slots.free)
-        self.slots.free = self.metadata_free
-        self.send = kit.recorder("send_kv_chunk")
-        self.sender_abort: dict[str, Recorder] = {}
-        output_streamer, self.sent = fake_output_streamer(kit)
-        self.tree_cache, self.cache_abort = fake_tree_cache(
-            kit, supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False)
-        )
-        self.bootstrap_queue: list[Any] = []
-        self.scheduler = bare(
-            kit,
-            Scheduler,
-            batch_result_processor=kit.fake(
-                "batch_result_processor",
-                snapshot_auxiliary_output_starts=kit.recorder("snapshot", returns=[]),
-                move_logprobs_to_cpu=kit.recorder("move_logprobs_to_cpu"),
-                consume_auxiliary_output=kit.recorder("consume_auxiliary_output"),
-            ),
-            spec_algorithm=SpeculativeAlgorithm.NONE,
-            tree_cache=self.tree_cache,
-            disagg_prefill_inflight_queue=[],
-            disagg_prefill_pending_chunk_rids=set(),
-            disagg_prefill_bootstrap_queue=kit.fake("disagg_prefill_bootstrap_queue", queue=self.bootstrap_queue),
-            waiting_queue=[],
-            send_kv_chunk=self.send,
-            output_streamer=output_streamer,
-            metrics_reporter=kit.fake(
-                "metrics_reporter", report_prefill_stats=kit.recorder("report"), enable_metrics=False
-            ),
-            return_health_check_ipcs=deque(),  # real maybe_send_health_check_signal: none pending
-            req_to_metadata_buffer_idx_allocator=self.slots,
-            chunked_req=None,
-            forced={"enable_hicache_storage": True},
-        )
-
-    @contextlib.contextmanager
-    def patched(self) -> Iterator[None]:
-        """``release_kv_cache`` and the radix insert swapped where ``disaggregation/prefill.py`` imported them."""
-        from sglang.srt.disaggregation import prefill
-
-        with (
-            swapped(prefill, "release_kv_cache", self.release),
-            swapped(prefill, _radix_insert_name(prefill), self.radix_insert),
-        ):
-            yield
-
-    def prefilled(self, rid: str, tokens: int = PROMPT) -> Any:
-        """A bootstrapped request whose prefill ran ``tokens`` tokens: KV row, metadata slot, a real sender."""
-        req = new_req(rid, prompt_len=PROMPT)
-        hold_kv(req, tokens)
-        req.metadata_buffer_index = self.slots.alloc()
-        manager = getattr(self, "kv_manager", None) or self.kit.fake("kv_manager")
-        req.disagg_kv_sender = fake_kv_sender(manager, req)
-        self.sender_abort[req.rid] = self.kit.recorder("sender.abort", side_effect=req.disagg_kv_sender.abort)
-        req.disagg_kv_sender.abort = self.sender_abort[req.rid]
-        req.pending_bootstrap = False
-        set_scheduled_extent(req, 0, PROMPT)
-        return req
-
-    def middle_chunk(self, rid: str, *, start: int, end: int, pending_bootstrap: bool = False) -> Any:
-        """A chunked request with one middle chunk in flight that prefills prompt tokens ``[start, end)``."""
-        req = self.prefilled(rid, tokens=end)
-        set_scheduled_extent(req, start, end)
-        req.inflight_middle_chunks = 1
-        req.pending_bootstrap = pending_bootstrap
-        if not pending_bootstrap:
-            self.scheduler.disagg_prefill_pending_chunk_rids.add(req.rid)  # its chunk's KV send is owed
-        return req
-
-    def result(self, req: Any) -> None:
-        """Deliver one prefill result for ``req`` through the real method."""
-        self.results([req])
-
-    def results(self, reqs: list[Any]) -> None:
-        """Deliver one batch's prefill results (a sampled token per request) through the real method."""
-        import torch
-        from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
-        from sglang.srt.managers.utils import GenerationBatchResult
-
-        batch = self.kit.fake("batch", reqs=reqs, spec_info=None, prefill_stats=None, dp_cooperation_info=None)
-        result = GenerationBatchResult(next_token_ids=torch.full((len(reqs),), 11))
-        SchedulerDisaggregationPrefillMixin.process_batch_result_disagg_prefill(self.scheduler, batch, result)
-
-    def counts(self, req: Any) -> dict[str, Any]:
-        """Cumulative effects on ``req`` so far."""
-        return {
-            "release_kv_cache": self.release.count,
-            "release_without_insert": sum(1 for c in self.release.calls if not self.inserts(c)),
-            "radix_insert": self.radix_insert.count,
-            "send_kv_chunk": self.send.count,
-            "send_last_chunk": sum(1 for c in self.send.calls if c.kwargs.get("last_chunk") is True),
-            "metadata_freed": self.metadata_free.count,
-            "cache_aborts": cache_aborts(self.cache_abort),
-            "sender_abort": self.sender_abort[req.rid].count,
-            "streamed": list(self.sent.get(req.rid, [])),
-            "inflight": self.scheduler.disagg_prefill_inflight_queue.count(req),
-            "requeued": req in self.scheduler.waiting_queue or req in self.bootstrap_queue,
-            "pending_chunk": req.rid in self.scheduler.disagg_prefill_pending_chunk_rids,
-            "output_tokens": len(req.output_ids),
-            "retired": req.finished(),
-        }
-
-    def seen(self, req: Any, *names: str) -> dict[str, Any]:
-        """The named effects so far, ``inflight`` as a yes/no."""
-        counts = self.counts(req)
-        counts["inflight"] = counts["inflight"] > 0
-        return {name: counts[name] for name in names}
-
-
-# One way to prepare a request, whichever scheduler receives its results.
-for _name in ("prefilled", "middle_chunk", "seen"):
-    setattr(WiredPrefill, _name, getattr(PrefillScheduler, _name))

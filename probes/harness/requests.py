@@ -8,10 +8,12 @@ request), so a probe observes SGLang's own state transitions, not ours.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import re
 from array import array
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -129,3 +131,58 @@ def fake_kv_sender(mgr: Any, req: Any) -> Any:
     }
     accepted = inspect.signature(FakeKVSender).parameters
     return FakeKVSender(**{k: v for k, v in offered.items() if k in accepted})
+
+
+# ---------------------------------------------------------------------------
+# The tokenizer side's hand-off: what reaches a scheduler's ``process_input_requests``.
+# ---------------------------------------------------------------------------
+def tokenized_request(rid: str, prompt_len: int = 16, *, max_new_tokens: int = 8, vocab_size: int = 256) -> Any:
+    """A real ``TokenizedGenerateReqInput`` as the tokenizer manager builds it for a PD request.
+
+    Its sampling parameters are normalised and verified as the tokenizer manager does
+    (no tokenizer loaded: ``normalize(None)``); ``prompt_len`` token ids, its own
+    bootstrap room, the PD bootstrap address of :func:`new_req`.
+    """
+    ensure_runtime()
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    sampling = SamplingParams(max_new_tokens=max_new_tokens)
+    sampling.normalize(None)
+    sampling.verify(vocab_size)
+    return TokenizedGenerateReqInput(
+        rid=rid,
+        input_text="",
+        input_ids=array("q", range(prompt_len)),
+        input_embeds=None,
+        mm_inputs=None,
+        token_type_ids=None,
+        sampling_params=sampling,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        token_ids_logprob=None,
+        stream=False,
+        bootstrap_host=BOOTSTRAP_HOST,
+        bootstrap_port=BOOTSTRAP_PORT,
+        bootstrap_room=next(_rooms),
+    )
+
+
+@contextlib.contextmanager
+def built_reqs() -> Iterator[list[Any]]:
+    """Every real ``Req`` constructed while open (whoever builds it: intake, a session, a fork's own path)."""
+    from sglang.srt.managers.schedule_batch import Req
+
+    built: list[Any] = []
+    real_init = Req.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        built.append(self)
+
+    Req.__init__ = init
+    try:
+        yield built
+    finally:
+        Req.__init__ = real_init

@@ -181,7 +181,9 @@ class _StandIns:
         # What loading the checkpoint would have resolved: its native architecture class
         # (the build's own get_resolved_model_impl maps it to an implementation).
         scheduler.model_config._resolved_model_arch = _TINY_MODEL["architectures"][0]
-        req_pool, allocator, kv_pool = memory_pools()
+        # The worker admits --max-running-requests when the launch gives one (a request row each).
+        running = scheduler.server_args.max_running_requests or MAX_RUNNING_REQUESTS
+        req_pool, allocator, kv_pool = memory_pools(running)
         runner = self.kit.fake(
             "model_runner",
             canary_manager=None,
@@ -199,7 +201,7 @@ class _StandIns:
             weight_load_mem_usage=0.0,  # no weights loaded
             kv_cache_dtype_str="auto",
             max_total_num_tokens=MAX_TOTAL_TOKENS,
-            max_running_requests=MAX_RUNNING_REQUESTS,
+            max_running_requests=running,
         )
         scheduler.tp_worker = self.kit.fake(
             "tp_worker",
@@ -216,7 +218,7 @@ class _StandIns:
         scheduler.kv_cache_allocation_time = 0.0
         scheduler.max_total_num_tokens = MAX_TOTAL_TOKENS
         scheduler.max_prefill_tokens = get_schedule().max_prefill_tokens
-        scheduler.max_running_requests = MAX_RUNNING_REQUESTS
+        scheduler.max_running_requests = running
         scheduler.max_queued_requests = get_schedule().max_queued_requests
         # As the worker's get_worker_info derives them from the context length and KV capacity.
         scheduler.max_req_len = min(scheduler.model_config.context_len - 1, MAX_TOTAL_TOKENS - 1)
@@ -256,7 +258,7 @@ def _dp_attention_world(scheduler: Any) -> None:
     dp_attention._ATTN_DP_RANK, dp_attention._ATTN_DP_SIZE = rank, size
 
 
-def memory_pools() -> tuple[Any, Any, Any]:
+def memory_pools(rows: int = MAX_RUNNING_REQUESTS) -> tuple[Any, Any, Any]:
     """This build's real KV pools, on the CPU and tiny: (req_to_token_pool, allocator, KV pool)."""
     import torch
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
@@ -275,7 +277,7 @@ def memory_pools() -> tuple[Any, Any, Any]:
     allocator = TokenToKVPoolAllocator(
         size=MAX_TOTAL_TOKENS, dtype=torch.float32, device="cpu", kvcache=kv_pool, need_sort=False
     )
-    req_pool = ReqToTokenPool(size=MAX_RUNNING_REQUESTS, max_context_len=4096, device="cpu", enable_memory_saver=False)
+    req_pool = ReqToTokenPool(size=rows, max_context_len=4096, device="cpu", enable_memory_saver=False)
     return req_pool, allocator, kv_pool
 
 
@@ -300,6 +302,8 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
             maybe_hand_to_session=kit.recorder("tree_cache.maybe_hand_to_session"),
             # 0.5.22's decode transfer queue drops a request's (absent) hicache restore lock.
             unlock=kit.recorder("tree_cache.unlock"),
+            # No host/storage tier: the prefix cache base class's own answer (intake asks it).
+            cache_controller=_base_prefix_cache().cache_controller,
         )
         seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
@@ -318,6 +322,12 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
         return KVCacheBuildResult(**{k: v for k, v in fields.items() if k in accepted})
 
     return build_kv_cache
+
+
+def _base_prefix_cache() -> type:
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
+
+    return BasePrefixCache
 
 
 def _pipe(kit: Kit, sink: list[Any]) -> Any:

@@ -1,11 +1,12 @@
 """#38935 throughput: requests through both PD admission doors while ``n`` requests wait there.
 
-The fix adds a check to every request's way in: ``is_unadmitted_reject`` at the real
-``PrefillBootstrapQueue.add`` and ``DecodePreallocQueue.add``, and, for an intake-rejected
-request, the retirement through ``Scheduler.retire_unadmitted_request`` instead of a KV
-sender or receiver. Each door is built as the behaviour probes build it
-(:mod:`harness.doors`: real queues on a real bare scheduler, the 'fake' transfer backend's
-real senders and receivers; KV manager, pools, tree cache and output streamer faked).
+The fix adds a check to every request's way in: ``is_unadmitted_reject`` at the
+prefill and decode doors, and, for an intake-rejected request, the retirement through
+``Scheduler.retire_unadmitted_request`` instead of a KV sender or receiver. Each door is
+the side the build's own start-up built (:class:`harness.doors.Door`: its
+``run_scheduler_process``, scheduler class and ``init_disaggregation``; the 'fake'
+transfer back end's real senders and receivers), reached through the scheduler's own
+dispatch ``_add_request_to_queue`` -> whatever queue its set-up built.
 
 Workloads; the load ``n`` is the number of valid requests already waiting at the door
 (the bootstrap queue, or decode's ``pending_reqs``); each timed run lets ``n // 10`` (at
@@ -30,7 +31,7 @@ from typing import Any
 
 from difflab.probe.bench import Workload
 from difflab.probe.kit import Kit, ProbeFailure
-from harness.doors import NUM_KV_HEADS, decode_door, prefill_door
+from harness.doors import Door
 from harness.requests import INTAKE_REJECTION, new_req
 from harness.runtime import ensure_runtime
 
@@ -42,27 +43,23 @@ def _arrivals(n: int) -> int:
     return max(1, n // 10)
 
 
-class Door:
+class DoorLoad:
     """One door holding ``size`` waiting requests; ``run()`` pushes a batch of new arrivals through it."""
 
     def __init__(self, kit: Kit, side: str, size: int, reject_every: int | None) -> None:
-        from sglang.srt.disaggregation.decode import DecodePreallocQueue
-        from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-
         self.kit, self.side, self.size, self.reject_every = kit, side, size, reject_every
+        self.door = Door(kit, side)
+        scheduler = self.door.scheduler
         if side == "prefill":
-            self.queue, self.seen = prefill_door(kit)
-            self.waiting: list[Any] = self.queue.queue
-            self.add = lambda req: PrefillBootstrapQueue.add(self.queue, req, NUM_KV_HEADS)
+            self.waiting: list[Any] = scheduler.disagg_prefill_bootstrap_queue.queue
         else:
-            self.queue, self.seen = decode_door(kit)
-            self.waiting = self.queue.pending_reqs
-            self.add = lambda req: DecodePreallocQueue.add(self.queue, req)
+            self.waiting = scheduler.disagg_decode_prealloc_queue.pending_reqs
+        self.add = scheduler._add_request_to_queue  # the dispatch, resolved on the built instance
         self.batch: list[Any] = []
         self.rejected: list[Any] = []
         for _ in range(size):
             self.add(new_req(f"waiting-{next(_rids)}"))
-        self.check(self.waiting, [r for r in self._held_reqs(self.waiting)], [])
+        self.check(self.waiting, list(self._held_reqs(self.waiting)), [])
         if len(self.waiting) != size:
             raise ProbeFailure(f"{side} door: {len(self.waiting)} of {size} valid requests are waiting")
 
@@ -86,10 +83,9 @@ class Door:
         rejected = {id(r) for r in self.rejected}
         self.check(arrived, [r for r in self.batch if id(r) not in rejected], self.rejected)
         del self.waiting[self.size :]
-        for recorder in (self.seen["cache_abort"], self.seen.get("create")):
-            if recorder is not None:
-                recorder.calls.clear()  # the bench keeps no request alive between runs
-        self.seen["sent"].clear()
+        self.door.side.seen["cache_abort"].calls.clear()  # the bench keeps no request alive between runs
+        for sent in self.door.side.seen["sockets"].sent.values():
+            sent.clear()
 
     def _held_reqs(self, held: list[Any]) -> list[Any]:
         return held if self.side == "prefill" else [d.req for d in held]
@@ -119,9 +115,9 @@ def workloads(kit: Kit) -> list[Workload]:
         Workload(
             f"{side}_door.{kind}",
             "requests",
-            lambda n, side=side, every=every: Door(kit, side, n, every),
-            f"{'valid' if every is None else 'valid + 1 in 4 intake-rejected'} requests through the real "
-            f"{'PrefillBootstrapQueue' if side == 'prefill' else 'DecodePreallocQueue'}.add, n waiting",
+            lambda n, side=side, every=every: DoorLoad(kit, side, n, every),
+            f"{'valid' if every is None else 'valid + 1 in 4 intake-rejected'} requests through the wired "
+            f"{side} side's _add_request_to_queue, n waiting",
         )
         for side in ("prefill", "decode")
         for kind, every in (("valid", None), ("mixed", REJECT_EVERY))
