@@ -213,7 +213,9 @@ class _StandIns:
             is_hybrid_swa=False,
             model_config=scheduler.model_config,
         )
-        scheduler.draft_worker = None
+        # The build's own draft-worker step: with no speculative algorithm it sets no draft worker (and,
+        # where the build has one, no n-gram corpus manager) and returns before loading anything.
+        type(scheduler).maybe_init_draft_worker(scheduler)
         scheduler.model_worker = scheduler.tp_worker
         scheduler.kv_cache_allocation_time = 0.0
         scheduler.max_total_num_tokens = MAX_TOTAL_TOKENS
