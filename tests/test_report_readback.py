@@ -1,0 +1,102 @@
+"""Reports read back: what ``summary.md`` and ``junit.xml`` say must follow the judgment, case by case.
+
+``difflab merge`` judges the published observations (no probe runs), with two edits shaped like
+real outcomes: #38935's base already behaves like its head on the prefill door (a base that does
+not show the bug: not-reproduced), and #41404's head probe forced a switch off its build's default.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from junitparser import Failure, JUnitXml
+
+from difflab.cli import main
+from difflab.matrix import load_matrix
+from difflab.paths import repo_root
+
+PUBLISHED = repo_root() / "results" / "published" / "upstream"
+FORCED = {
+    "attribute": "server_args.disaggregation_decode_polling_interval",
+    "value": 1,
+    "build_default": 10,
+    "env": ["SGLANG_DISAGGREGATION_DECODE_POLLING_INTERVAL"],
+}
+
+
+def _edit(path: Path, change: dict) -> None:
+    doc = json.loads(path.read_text())
+    for key, value in change.items():
+        doc[key] = doc[key] | value if isinstance(value, dict) and key == "fields" else value
+    path.write_text(json.dumps(doc))
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    cell = tmp_path_factory.mktemp("cell")
+    shutil.copytree(PUBLISHED / "observations", cell / "observations")
+    shutil.copyfile(PUBLISHED / "matrix.toml", cell / "matrix.toml")
+    spec = next(p for p in load_matrix(cell / "matrix.toml").fix("38935").probes if p.name == "pr38935_prefill_door")
+    heads = {f: pair[1] for f, pair in spec.expect.items()}
+    _edit(cell / "observations/38935/base/pr38935_prefill_door.json", {"fields": heads})
+    _edit(cell / "observations/41404/head/pr41404_deferred_release.json", {"forced": [FORCED]})
+    out = tmp_path_factory.mktemp("merged") / "out"
+    return main(["merge", str(cell), "--out", str(out), "--no-bundle"]), out
+
+
+def test_the_run_fails_and_diff_json_names_the_unreproduced_fix(merged: tuple[int, Path]) -> None:
+    code, out = merged
+    fixes = {f["id"]: f for f in json.loads((out / "diff.json").read_text())["fixes"]}
+    assert fixes["38935"]["verdict"] == "not-reproduced" and fixes["38935"]["passed"] is False
+    assert all(f["passed"] for fid, f in fixes.items() if fid != "38935")
+    assert code == 1
+
+
+def test_a_not_reproduced_probe_is_a_failed_junit_case(merged: tuple[int, Path]) -> None:
+    _, out = merged
+    cases = {(c.classname, c.name): c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite}
+    door = cases[("fix.38935", "pr38935_prefill_door")]
+    assert not door.is_passed
+    (failure,) = door.result
+    assert isinstance(failure, Failure) and failure.type == "not-reproduced"
+    assert "MISMATCH" in (door.system_out or "")
+    verdicts = {
+        (f"fix.{f['id']}", p["probe"]): p["verdict"]
+        for f in json.loads((out / "diff.json").read_text())["fixes"]
+        for p in f["probes"]
+    }
+    assert set(verdicts) == set(cases)
+    for key, case in cases.items():  # read, not counted: a case passes exactly when its probe confirmed the fix
+        assert (case.is_passed and not case.result) == (verdicts[key] == "confirmed"), key
+    assert list(verdicts.values()).count("confirmed") >= 3
+
+
+def test_summary_marks_the_unreproduced_fields_and_only_those(merged: tuple[int, Path]) -> None:
+    _, out = merged
+    text = (out / "summary.md").read_text()
+    assert "❓ not-reproduced" in text
+    section = text.split("### `pr38935_prefill_door`: not-reproduced", 1)[1].split("###", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    marks = {line.split("|")[1].strip(): line.rstrip("|").rsplit("|", 1)[1].strip() for line in rows}
+    expect = {
+        f"`{f}`"
+        for f in next(
+            p for p in load_matrix(out / "matrix.toml").fix("38935").probes if p.name == "pr38935_prefill_door"
+        ).expect
+    }
+    assert expect and all(marks[f] == "✗" for f in expect)  # base shows the head value: not the declared base
+    controls = [f for f in marks if f not in expect]
+    assert controls and all(marks[f] == "✓" for f in controls)
+
+
+def test_summary_names_the_switch_the_head_forced(merged: tuple[int, Path]) -> None:
+    _, out = merged
+    text = (out / "summary.md").read_text()
+    section = text.split("### `pr41404_deferred_release`", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "- head: `server_args.disaggregation_decode_polling_interval` forced to 1; this build's default is 10 "
+        "(SGLANG_DISAGGREGATION_DECODE_POLLING_INTERVAL)"
+    ) in section
