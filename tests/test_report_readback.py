@@ -15,8 +15,11 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from difflab.cli import main
+from difflab.diff.containment import ABSENT, PRESENT, Cell, ContainmentTable, ReleaseColumn
 from difflab.matrix import load_matrix
-from difflab.paths import repo_root
+from difflab.paths import default_matrix, repo_root
+from difflab.report.containment import write_files as write_contains
+from difflab.report.grid import write_html
 
 PUBLISHED = repo_root() / "results" / "published" / "upstream"
 FORCED = {
@@ -100,3 +103,38 @@ def test_summary_names_the_switch_the_head_forced(merged: tuple[int, Path]) -> N
         "- head: `server_args.disaggregation_decode_polling_interval` forced to 1; this build's default is 10 "
         "(SGLANG_DISAGGREGATION_DECODE_POLLING_INTERVAL)"
     ) in section
+
+
+# -- contains.md and the HTML grid -------------------------------------------------------------------
+def _table() -> ContainmentTable:
+    """#38935 on two releases: present with a switch its probe forced on 0.5.21; absent where its pins say present."""
+    fix = load_matrix(default_matrix()).fix("38935")
+    releases = [ReleaseColumn("0.5.21", "a.whl", "0" * 64), ReleaseColumn("0.5.22", "b.whl", "1" * 64)]
+    note = "the decode offload is off by default in this build (server_args.enable_offload): forced on by the probe"
+    cells = [
+        Cell(fix.id, "0.5.21", PRESENT, PRESENT, "behaves like the head", notes=[note]),
+        Cell(fix.id, "0.5.22", ABSENT, PRESENT, "behaves like the base"),
+    ]
+    return ContainmentTable([fix], releases, cells)
+
+
+def test_contains_md_and_the_grid_show_the_forced_switch_and_the_contradicted_cell(tmp_path: Path) -> None:
+    t = _table()
+    assert [c.release for c in t.disagreements] == ["0.5.22"] and t.exit_code == 1
+    write_contains(tmp_path, t)
+    write_html(tmp_path, t, {"started": "2026-12-01T00:00:00Z", "exit_code": t.exit_code})
+    note = t.cell("38935", "0.5.21").notes[0]
+    md = (tmp_path / "contains.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| #38935") or line.startswith("| 38935"))
+    assert "| present |" in row and "absent (expected present)" in row
+    assert "38935 @ 0.5.22: absent: behaves like the base" in md
+    assert note in md and "0.5.21" in md.split(note)[0].rsplit("\n", 1)[-1]  # said of the release it was forced on
+    html = (tmp_path / "contains.html").read_text()
+    cell = html.split('id="cell-38935-0.5.22"', 1)[1].split("</td>", 1)[0]
+    assert 'data-verdict="absent"' in cell and "expected present" in cell
+    assert "expected" not in html.split('id="cell-38935-0.5.21"', 1)[1].split("</td>", 1)[0].replace("class=", "")
+    switches = html.split('id="switches"', 1)[1].split("</ul>", 1)[0]
+    assert note in switches and "0.5.21" in switches
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in suite}
+    assert cases["0.5.21"].is_passed and isinstance(cases["0.5.22"].result[0], Failure)
+    assert cases["0.5.22"].result[0].type == "unexpected"
