@@ -14,12 +14,17 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
+from difflab.backport.evidence import Evidence, disagreements
 from difflab.cli import main
 from difflab.diff.containment import ABSENT, PRESENT, Cell, ContainmentTable, ReleaseColumn
+from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
+from difflab.observation import Observation
 from difflab.paths import default_matrix, repo_root
+from difflab.report.backport import write_files as write_backport
 from difflab.report.containment import write_files as write_contains
 from difflab.report.grid import write_html
+from difflab.report.markdown import cell as markdown_cell
 
 PUBLISHED = repo_root() / "results" / "published" / "upstream"
 FORCED = {
@@ -138,3 +143,26 @@ def test_contains_md_and_the_grid_show_the_forced_switch_and_the_contradicted_ce
     cases = {c.name: c for suite in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in suite}
     assert cases["0.5.21"].is_passed and isinstance(cases["0.5.22"].result[0], Failure)
     assert cases["0.5.22"].result[0].type == "unexpected"
+
+
+# -- a backport check's summary.md -------------------------------------------------------------------
+def test_backport_summary_and_junit_keep_the_disagreement(tmp_path: Path) -> None:
+    """A fork whose version string claims the fix while its door behaves like the base: the warning is read back."""
+    fix = load_matrix(default_matrix()).fix("38935")
+    observations = {}
+    for spec in fix.probes:
+        fields = {f: pair[0] for f, pair in spec.expect.items()} | dict(spec.controls)
+        observations[spec.name] = Observation(fix.id, spec.name, "fork", {"kind": "git"}, "ok", fields=fields)
+    verdict = judge_backport(fix, observations)
+    assert verdict.verdict == "absent"
+    claims = Evidence(version="0.5.21", first_release_with_fix="0.5.21", version_claims_fix=True, ancestor=False)
+    verdict.evidence = claims.to_dict()
+    verdict.disagreements = disagreements(verdict.verdict, claims)
+    (warning,) = verdict.disagreements
+    write_backport(tmp_path, {"repo": "fork", "ref": "main", "commit": "c" * 40, "tree": "t" * 40}, [verdict])
+    section = (tmp_path / "summary.md").read_text().split("## #38935: absent", 1)[1]
+    assert f"- ⚠️ {markdown_cell(warning)}" in section.split("###", 1)[0]
+    assert json.loads((tmp_path / "backport.json").read_text())["passed"] is False
+    cases = [c for suite in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in suite]
+    assert cases and not any(c.is_passed for c in cases)
+    assert {r.type for c in cases for r in c.result} == {"behaves like base"}
