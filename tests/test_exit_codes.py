@@ -9,12 +9,14 @@ whose head is pinned to its own base (not-fixed, a real head that still shows th
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from junitparser import Failure, JUnitXml
 
 from difflab.cli import main
+from difflab.paths import probes_dir
 from matrix_samples import FIX, RELEASES
 
 STILL_BROKEN = """
@@ -116,4 +118,33 @@ def test_observe_exits_non_zero_when_a_probe_errored(mixed_matrix: Path, tmp_pat
     code = main([*argv, "--timeout", "0.05"])
     observations = [json.loads(p.read_text()) for p in (out / "observations").rglob("*.json")]
     assert observations and all(o["status"] == "error" for o in observations)
+    assert code == 1 and _run_json(out)["exit_code"] == 1
+
+
+LOST_MODULE_PROBE = '''"""A probe of a module this build lacks: it must end as an error, never as an observation."""
+
+from difflab.probe.kit import Kit
+
+
+def observe(kit: Kit) -> dict:
+    import sglang.srt.disaggregation.no_such_module  # noqa: F401
+
+    return {"rejected.enqueued": False}
+'''
+
+
+def test_observe_exits_non_zero_when_one_probe_errored_and_the_others_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probes folder of one's own (``$DIFFLAB_PROBES``) with one probe that cannot import what it probes."""
+    probes = tmp_path / "probes"
+    shutil.copytree(probes_dir(), probes, ignore=shutil.ignore_patterns("__pycache__"))
+    (probes / "pr38935_lost_module.py").write_text(LOST_MODULE_PROBE)
+    monkeypatch.setenv("DIFFLAB_PROBES", str(probes))
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(RELEASES + FIX + STILL_BROKEN.replace('"pr38935_prefill_door"', '"pr38935_lost_module"'))
+    out = tmp_path / "cell"
+    code = main(["observe", "--matrix", str(matrix), "--side", "head", "--out", str(out), "--no-cache"])
+    status = {p.parent.parent.name: json.loads(p.read_text())["status"] for p in (out / "observations").rglob("*.json")}
+    assert status == {"38935": "ok", "38935-unfixed": "error"}
     assert code == 1 and _run_json(out)["exit_code"] == 1
