@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from difflab.diff.containment import ERROR, NOT_APPLICABLE, ContainmentTable
+from difflab.report.grid import switch_notes
 from difflab.report.junit import Case, write_cases
+from difflab.report.markdown import cell as markdown_cell
 from difflab.report.markdown import table as markdown_table
 from difflab.report.record import write_json
 
@@ -72,6 +74,10 @@ def render_markdown(t: ContainmentTable) -> str:
     notes = [c for c in t.cells if c.verdict not in ("present", "absent") or not c.agrees]
     if notes:
         lines += ["", "## Details", ""] + [f"- {c.fix} @ {c.release}: {c.verdict}: {c.reason}" for c in notes]
+    switches = switch_notes(t)  # a verdict that holds only with a switch forced must say so, as the grid does
+    if switches:
+        lines += ["", "## Switches the probes forced", ""]
+        lines += [f"- {s['fix_label']} ({', '.join(s['releases'])}): {markdown_cell(s['note'])}" for s in switches]
     return "\n".join(lines) + "\n"
 
 
