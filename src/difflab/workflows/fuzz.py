@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from difflab.errors import ConfigError, DifflabError
-from difflab.files.atomic import write_atomic
 from difflab.matrix import Matrix
 from difflab.observation import Observation
 from difflab.paths import default_matrix, probes_dir, repo_root
 from difflab.progress import Reporter
+from difflab.report.fuzz import SearchAsked, document, write_fuzz
 from difflab.report.record import folder_stamp, utc_now
 from difflab.runner import DEFAULT
 from difflab.runner.base import ProbeJob
@@ -37,7 +37,6 @@ from difflab.workflows.session import ProbeOptions, Session
 CHUNK = 25
 """Schedules per probe job."""
 TRANSFER_BACKENDS = ("mooncake", "nixl", "mori")
-SCHEMA = 1
 
 
 class SearchFailed(DifflabError):
@@ -185,39 +184,18 @@ def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
             raise SearchFailed("the search could not run: " + "; ".join(broken))
         events = [_search_event(o) for o in observed]
         leaks = _leaks(events)
-        runs = sum(int(e["runs"]) for e in events)
-        seconds = sum(float(e["seconds"]) for e in events)
-        cpu_seconds = sum(float(e.get("cpu_seconds", e["seconds"])) for e in events)
-        document = {
-            "schema": SCHEMA,
-            "source": label,
-            "source_identity": source.identity,
-            "sglang_version": observed[0].sglang_version,
-            "transfer_backend": req.transfer_backend,
-            "runner": runner.name,
-            "seed": req.seed,
-            "schedules": req.schedules,
-            "chunks": [
-                {
-                    "chunk": e["chunk"],
-                    "seed": req.seed * 1000 + e["chunk"],
-                    "runs": e["runs"],
-                    "leaked": bool(e["leak"]),
-                }
-                for e in events
-            ],
-            "runs": runs,
-            "seconds": round(seconds, 3),
-            "cpu_seconds": round(cpu_seconds, 3),
-            # per core: schedules per CPU second of the searching processes (wall time on a shared
-            # machine also counts the time other processes held the core)
-            "schedules_per_second_per_core": round(runs / cpu_seconds, 1) if cpu_seconds else None,
-            "schedules_per_wall_second": round(runs / seconds, 1) if seconds else None,
-            "acks_failed_send": events[0].get("acks_failed_send"),
-            "assumptions": events[0].get("assumptions", []),
-            "leaks": leaks,
-        }
-        write_atomic(work / "fuzz.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
+        asked = SearchAsked(
+            source=label,
+            source_identity=source.identity,
+            sglang_version=observed[0].sglang_version,
+            transfer_backend=req.transfer_backend,
+            runner=runner.name,
+            seed=req.seed,
+            schedules=req.schedules,
+        )
+        doc = document(asked, events, leaks)
+        write_fuzz(work, doc)
+        runs, seconds, cpu_seconds = doc["runs"], doc["seconds"], doc["cpu_seconds"]
         exit_code = 1 if leaks else 0
         record.details |= {"source": label, "runner": runner.name, "cpus": os.cpu_count()}
         session.finish(work, exit_code, environment=env.document())
