@@ -24,3 +24,13 @@ def matrix_path() -> Path:
 @pytest.fixture(scope="session")
 def matrix(matrix_path: Path):
     return load_matrix(matrix_path)
+
+
+MACHINERY_MATRIX = Path(__file__).resolve().parent / "fixtures" / "machinery" / "upstream.toml"
+
+
+@pytest.fixture(scope="session")
+def machinery_matrix():
+    """A frozen matrix for tests of the judging machinery: its fixes' shapes do not move when the
+    default matrix gains a fix, a probe or a back end (the default matrix's own tests read that)."""
+    return load_matrix(MACHINERY_MATRIX)

@@ -44,9 +44,9 @@ def _spec(fix: Fix, name: str) -> ProbeSpec:
 
 
 # -- expectations from the matrix's pins ----------------------------------------------------
-def test_a_head_pinned_to_a_commit_implies_nothing_about_releases(matrix) -> None:
+def test_a_head_pinned_to_a_commit_implies_nothing_about_releases(machinery_matrix) -> None:
     """Only a head release (present from it) or a head no release carries (absent) implies a cell."""
-    unavailable = matrix.fix("43719b")
+    unavailable = machinery_matrix.fix("43719b")
     assert expected_cell(unavailable, "0.5.22") == "absent"
     at_commit = dataclasses.replace(unavailable, head=SidePin(commit="8f3d6944b76c428d884582cb6c82a39db1465360"))
     assert expected_cell(at_commit, "0.5.22") is None
@@ -54,16 +54,16 @@ def test_a_head_pinned_to_a_commit_implies_nothing_about_releases(matrix) -> Non
 
 
 # -- one cell ---------------------------------------------------------------------------------
-def test_a_fix_without_probes_is_an_error_cell_that_keeps_its_expectation(matrix) -> None:
-    fix = dataclasses.replace(matrix.fix("38935"), probes=())
+def test_a_fix_without_probes_is_an_error_cell_that_keeps_its_expectation(machinery_matrix) -> None:
+    fix = dataclasses.replace(machinery_matrix.fix("38935"), probes=())
     cell = judge_cell(fix, "0.5.22", {}, {})
     assert cell == Cell("38935", "0.5.22", "error", "present", "no probes declared for this fix in the matrix")
     assert cell.probes == {} and cell.notes == []
 
 
-def test_not_applicable_names_each_probe_s_missing_machinery_and_where_it_was_observed(matrix) -> None:
+def test_not_applicable_names_each_probe_s_missing_machinery_and_where_it_was_observed(machinery_matrix) -> None:
     """Every probe n/a: the reason lists each probe's own words, ``not applicable: `` cut off."""
-    fix = matrix.fix("38935")
+    fix = machinery_matrix.fix("38935")
     obs = {
         PREFILL: _obs(
             "38935", "0.5.20", PREFILL, "n/a", error="not applicable: no PD intake verdict: Req.intake is missing"
@@ -86,8 +86,8 @@ def test_not_applicable_names_each_probe_s_missing_machinery_and_where_it_was_ob
     assert cell.agrees  # a release lacking the machinery lacks the fix, as the pins say
 
 
-def test_a_probe_with_no_observation_is_listed_as_missing_without_a_file(matrix) -> None:
-    fix = matrix.fix("38935")
+def test_a_probe_with_no_observation_is_listed_as_missing_without_a_file(machinery_matrix) -> None:
+    fix = machinery_matrix.fix("38935")
     obs = {PREFILL: _obs("38935", "0.5.22", PREFILL, fields=_head_fields(_spec(fix, PREFILL)))}
     paths = {PREFILL: "observations/38935/0.5.22/pr38935_prefill_door.json"}
     cell = judge_cell(fix, "0.5.22", obs, paths)
@@ -103,8 +103,8 @@ def test_a_probe_with_no_observation_is_listed_as_missing_without_a_file(matrix)
     assert cell.notes == []
 
 
-def test_a_present_cell_carries_the_switches_the_probe_forced(matrix) -> None:
-    fix = matrix.fix("41404")
+def test_a_present_cell_carries_the_switches_the_probe_forced(machinery_matrix) -> None:
+    fix = machinery_matrix.fix("41404")
     forced = [
         {"attribute": SWITCH, "value": True, "build_default": False, "from": "server_args.py:12", "env": [SWITCH_ENV]}
     ]
@@ -166,8 +166,8 @@ def test_a_cell_s_record_names_every_field_and_upstream_only_when_replayed() -> 
 
 
 # -- regressions --------------------------------------------------------------------------------
-def test_a_release_without_a_cell_does_not_end_the_search_for_a_regression(matrix) -> None:
-    fix = matrix.fix("38935")
+def test_a_release_without_a_cell_does_not_end_the_search_for_a_regression(machinery_matrix) -> None:
+    fix = machinery_matrix.fix("38935")
     lost = "all 2 probe(s) behave like the fix's base (the bug)"
     cells = [
         Cell("38935", "0.5.21", "present", "present", "ok"),
@@ -178,9 +178,9 @@ def test_a_release_without_a_cell_does_not_end_the_search_for_a_regression(matri
     assert [c.regression for c in cells] == [False, True]
 
 
-def test_releases_are_read_in_version_order_not_text_order(matrix) -> None:
+def test_releases_are_read_in_version_order_not_text_order(machinery_matrix) -> None:
     assert release_order(["0.5.10", "0.5.9", "0.5.10", "0.5.9.post1"]) == ["0.5.9", "0.5.9.post1", "0.5.10"]
-    fix = matrix.fix("38935")
+    fix = machinery_matrix.fix("38935")
     cells = [
         Cell("38935", "0.5.10", "partial", None, "like base: pr38935_prefill_door"),
         Cell("38935", "0.5.9", "present", None, "ok"),
@@ -198,8 +198,8 @@ def _on(spec: ProbeSpec, backend: str, side: int) -> dict[str, Any]:
     }
 
 
-def test_a_fix_reverted_on_one_back_end_is_partial_naming_it(matrix) -> None:
-    fix = matrix.fix("41404")
+def test_a_fix_reverted_on_one_back_end_is_partial_naming_it(machinery_matrix) -> None:
+    fix = machinery_matrix.fix("41404")
     spec = fix.probes[0]
     fields = _on(spec, "mooncake", 1) | _on(spec, "nixl", 0) | _on(spec, "mori", 1)
     cell = judge_cell(fix, "0.5.22", {DEFERRED: _obs("41404", "0.5.22", DEFERRED, fields=fields)}, {})
@@ -210,8 +210,8 @@ def test_a_fix_reverted_on_one_back_end_is_partial_naming_it(matrix) -> None:
     assert cell.backend_note() == "present: mooncake, mori · absent: nixl"
 
 
-def test_a_back_end_without_the_machinery_is_named_not_applicable_and_not_judged(matrix) -> None:
-    fix = matrix.fix("41404")
+def test_a_back_end_without_the_machinery_is_named_not_applicable_and_not_judged(machinery_matrix) -> None:
+    fix = machinery_matrix.fix("41404")
     spec = fix.probes[0]
     fields = _on(spec, "mooncake", 1) | _on(spec, "nixl", 1) | {"mori:not-applicable": "MoriKVManager cannot defer"}
     cell = judge_cell(fix, "0.5.21", {DEFERRED: _obs("41404", "0.5.21", DEFERRED, fields=fields)}, {})

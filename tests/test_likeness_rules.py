@@ -29,7 +29,7 @@ from difflab.matrix.model import Fix, Hunk, ProbeSpec, SidePin
 from difflab.observation import Observation
 
 ROOT = Path(__file__).resolve().parents[1]
-MATRIX = load_matrix(ROOT / "matrices" / "upstream.toml")
+MATRIX = load_matrix(ROOT / "tests" / "fixtures" / "machinery" / "upstream.toml")  # the judging rules' own fixes
 DOOR = MATRIX.fix("38935")  # two probes, seven paths; retire-session and retire-group sit behind the prefill door
 PREFILL, DECODE = "pr38935_prefill_door", "pr38935_decode_door"
 WHERE = {

@@ -84,6 +84,9 @@ def test_pip_settings_come_from_pip_itself(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 # -- the index -----------------------------------------------------------------------
+MACHINERY_MATRIX = Path(__file__).resolve().parent / "fixtures" / "machinery" / "upstream.toml"
+
+
 @pytest.fixture
 def index_files(tmp_path: Path) -> tuple[Path, list[Path]]:
     """Shapes the real sglang project page has: post-releases, several builds per version, sdists."""
@@ -427,7 +430,8 @@ def test_cells_and_regressions_from_observations(matrix) -> None:
     assert [c.agrees for c in cells] == [True, True, False, False]  # the pins say present from 0.5.21
 
 
-def test_not_applicable_names_the_missing_machinery_and_counts_as_lacking_the_fix(matrix) -> None:
+def test_not_applicable_names_the_missing_machinery_and_counts_as_lacking_the_fix(machinery_matrix) -> None:
+    matrix = machinery_matrix
     fix = matrix.fix("41404")
     (spec,) = fix.probes
     why = "not applicable: no deferred decode KV release: DecodeTransferQueue.resolve_deferred_releases is missing"
@@ -442,7 +446,7 @@ def test_not_applicable_names_the_missing_machinery_and_counts_as_lacking_the_fi
 
 
 def _table() -> ContainmentTable:
-    matrix = load_matrix(default_matrix())
+    matrix = load_matrix(MACHINERY_MATRIX)
     fixes = [matrix.fix("38935"), matrix.fix("41404")]
     releases = [
         ReleaseColumn("0.5.21", "a.whl", "1" * 64),
