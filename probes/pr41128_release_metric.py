@@ -41,8 +41,15 @@ import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure, StrictFake
-from harness.decode_kv import BACKENDS, DecodeRank, DecodeSide, decode_side, deferral_gap, deliver_abort_ack
-from harness.decode_kv import prefill_endpoint
+from harness.decode_kv import (
+    BACKENDS,
+    DecodeRank,
+    DecodeSide,
+    decode_side,
+    deferral_gap,
+    deliver_abort_ack,
+    prefill_endpoint,
+)
 from harness.features import Machinery
 
 PREFILL_RANKS = 2
