@@ -1,13 +1,17 @@
 """#37077 -- generation tags: a drain ack for an earlier use of a reused room is not taken as the current one's.
 
-Scenario (``reused.*``): a decode rank holds request A's pages on room R after
-the client aborted it (the real ``Scheduler.abort_request``; ABORT sent to both
-prefill ranks); nobody acks, and A is released when the release timeout
-passes. The room id comes round again: request B gets room R
-(:mod:`harness.family_rooms`: a real receiver, metadata published), and the
-client aborts B too, so decode holds B's pages until both prefill ranks say
-B's transfer drained. Now the acks the prefill ranks owed for *A* arrive, late.
-The real ``resolve_deferred_releases`` runs (the event loop's next pass).
+Scenario (``reused.*``): a decode server built by the build's own start-up
+(:func:`harness.decode_kv.decode_side`) holds request A's pages on room R after
+the client aborted it (the built scheduler's ``abort_request``; ABORT sent to
+both prefill ranks); nobody acks, and A is released when the release timeout
+passes. The room id comes round again: request B, admitted through the
+scheduler's own dispatch, gets room R (the tokenizer draws rooms at random), so
+the build's prealloc queue gives it a receiver of its own on the same KV
+manager, bootstrapped and its destination published -- exactly what A got; the
+client aborts B too, so decode holds B's pages until both prefill ranks say B's
+transfer drained. Now the acks the prefill ranks owed for *A* arrive, late. The
+scheduler's event-loop step (``process_decode_queue``, which resolves held
+releases) runs.
 
 Before the fix (<= 0.5.21) an ack names only the room and the prefill rank, so
 A's late acks count for B: B's pages are released while B's own transfer may
@@ -27,7 +31,8 @@ is the generation check, not the deferral machinery.
 Every scenario runs on each transport back end the build ships (Mooncake, NIXL,
 Mori; fields ``<backend>:<field>``); one whose decode side cannot defer is
 ``not-applicable`` there, named (Mori up to 0.5.21). The release timeout is
-forced short so that A can time out (reported with the build's default).
+forced short on the built transfer queue so that A can time out (reported with
+the build's default).
 """
 
 from __future__ import annotations
@@ -36,8 +41,15 @@ import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
-from harness.decode_kv import BACKENDS, DecodeRank, build_decode_rank, deferral_gap, deliver_abort_ack
-from harness.family_rooms import abort_frames_since, reuse_room, wire_mark
+from harness.decode_kv import (
+    BACKENDS,
+    DecodeRank,
+    DecodeSide,
+    decode_side,
+    deferral_gap,
+    deliver_abort_ack,
+    prefill_endpoint,
+)
 from harness.features import Machinery
 
 PREFILL_RANKS = 2
@@ -54,45 +66,51 @@ MACHINERY = Machinery(
 
 # --- measurements ------------------------------------------------------------------
 class Use:
-    """One use of the room: its bookmarks on the wire, the release recorder and the warning log."""
+    """One use of the room: its request on the decode server, its bookmarks on the wire and the warning log."""
 
     def __init__(self, rank: DecodeRank) -> None:
         self.rank = rank
-        self.releases_before = rank.release_kv_cache.count
-        self.warnings_before = len(rank.warnings.messages)
-        self.wire_before = wire_mark(rank)
+        self.side: DecodeSide = rank.side
+        self.warnings_before = len(self.side.warnings.messages)
+        self.wire_before = len(self.side.transport.wire.sent)
         self.deferred_at = time.monotonic()
 
     def releases(self) -> int:
-        return self.rank.release_kv_cache.count - self.releases_before
+        return self.rank.release_count()
 
     def held(self) -> bool:
-        return self.releases() == 0 and not self.rank.slot_free()
+        return self.rank.held()
 
     def outcome(self) -> str:
         """held / drained / timeout -- from the timeout warning SGLang logs for this use of the room."""
         if self.releases() == 0:
             return "held"
-        new = self.rank.warnings.messages[self.warnings_before :]
+        new = self.side.warnings.messages[self.warnings_before :]
         timed_out = any("timed out" in m and str(self.rank.room) in m for m in new)
         return "timeout" if timed_out else "drained"
 
     def abort(self) -> None:
-        """The client aborts this use's request; the queue's next pass holds it."""
-        self.wire_before = wire_mark(self.rank)
+        """The client aborts this use's request; the event loop's next pass holds it."""
+        self.wire_before = len(self.side.transport.wire.sent)
         self.rank.client_abort()
-        if self.rank.queue.pop_transferred():
+        if self.side.step():
             raise ProbeFailure("an aborted transfer was handed to decoding")
         self.deferred_at = time.monotonic()
         if self.releases():
-            raise ProbeFailure(f"{self.rank.decode_req.req.rid} was released at once, not held: nothing to judge")
+            raise ProbeFailure(f"{self.rank.req.rid} was released at once, not held: nothing to judge")
 
     def frames(self) -> list[tuple[int, list[bytes]]]:
         """The ABORTs this use sent so far, with the prefill rank each went to."""
+        room = str(self.rank.room).encode("ascii")
+        sent = self.side.transport.wire.sent[self.wire_before :]
         return [
             (prefill_rank, frames)
             for prefill_rank in range(PREFILL_RANKS)
-            for frames in abort_frames_since(self.rank, prefill_rank, self.wire_before)
+            for endpoint, frames in sent
+            if endpoint == prefill_endpoint(prefill_rank)
+            and frames[:1] == [b"ABORT"]
+            and len(frames) > 1
+            and frames[1] == room
         ]
 
     def ack(self, frames: list[tuple[int, list[bytes]]]) -> None:
@@ -100,34 +118,20 @@ class Use:
         if not frames:
             raise ProbeFailure("no ABORT reached a prefill rank: no ack could follow")
         for prefill_rank, abort in frames:
-            deliver_abort_ack(self.rank.kv_mgr, self.rank.room, prefill_rank, abort)
+            deliver_abort_ack(self.side.kv_mgr, self.rank.room, prefill_rank, abort)
 
     def resolve(self) -> None:
         """The event loop's next pass; B's checks must come long before B's own deadline."""
-        self.rank.queue.resolve_deferred_releases()
+        self.side.step()
         if time.monotonic() - self.deferred_at > RELEASE_TIMEOUT_S / 2 and self.outcome() == "held":
             raise ProbeFailure("the machine is too slow: the hold came near its deadline before the check")
 
 
-def _first_use(kit: Kit, backend: str, rid: str) -> tuple[DecodeRank, Use]:
-    """A decode rank whose room's first request is ``rid`` (deferred release on, the short release timeout)."""
-    rank = build_decode_rank(
-        kit,
-        rid=rid,
-        prefill_ranks=PREFILL_RANKS,
-        queue_defers=True,
-        manager_defers=True,
-        backend=backend,
-        release_timeout_s=RELEASE_TIMEOUT_S,
-    )
-    return rank, Use(rank)
-
-
 def _release_by_timeout(first: Use) -> str:
-    """Nobody acked A: the timeout passes and the queue releases it once."""
+    """Nobody acked A: the timeout passes and the event loop releases it once."""
     time.sleep(RELEASE_TIMEOUT_S * 1.5)
-    first.rank.queue.resolve_deferred_releases()
-    first.rank.queue.resolve_deferred_releases()  # a second pass must not release again
+    first.side.step()
+    first.side.step()  # a second pass must not release again
     if first.releases() != 1:
         raise ProbeFailure(f"request A was released {first.releases()} times by the timeout, not once")
     return first.outcome()
@@ -136,8 +140,8 @@ def _release_by_timeout(first: Use) -> str:
 def _after_own_acks(second: Use) -> dict[str, Any]:
     """The prefill ranks ack this use's own ABORTs: released once, drained."""
     second.ack(second.frames())
-    second.rank.queue.resolve_deferred_releases()
-    second.rank.queue.resolve_deferred_releases()
+    second.side.step()
+    second.side.step()
     return {
         "outcome": second.outcome(),
         "release_count": second.releases(),
@@ -145,52 +149,51 @@ def _after_own_acks(second: Use) -> dict[str, Any]:
     }
 
 
+def _timed_out_first_use(side: DecodeSide, rid: str) -> tuple[DecodeRank, str, list[tuple[int, list[bytes]]]]:
+    """Request ``rid`` aborted, nobody acks, released by the timeout: (its rank, outcome, the ABORTs it sent)."""
+    first = Use(side.admit(rid))
+    first.abort()
+    stale = first.frames()
+    return first.rank, _release_by_timeout(first), stale
+
+
 # --- scenarios -------------------------------------------------------------------
-def reused(kit: Kit, backend: str) -> dict[str, Any]:
+def reused(side: DecodeSide) -> dict[str, Any]:
     """A's late acks arrive while B holds the reused room: counted for B (released) or ignored (held)?"""
-    rank, first = _first_use(kit, backend, "pr37077-001")
-    with rank.running():
-        first.abort()
-        stale = first.frames()
-        first_outcome = _release_by_timeout(first)
-        second = Use(reuse_room(rank, "pr37077-002", PREFILL_RANKS, backend))
-        second.abort()
-        second.ack(stale)  # the acks the prefill ranks owed for A
-        second.resolve()
-        fields = {
-            "first_outcome": first_outcome,
-            "held_after_stale_acks": second.held(),
-            "released_by_stale_acks": second.releases() > 0,
-        }
-        return fields | _after_own_acks(second)
+    first, first_outcome, stale = _timed_out_first_use(side, "pr37077-001")
+    second = Use(side.admit("pr37077-002", room=first.room))
+    second.abort()
+    second.ack(stale)  # the acks the prefill ranks owed for A
+    second.resolve()
+    fields = {
+        "first_outcome": first_outcome,
+        "held_after_stale_acks": second.held(),
+        "released_by_stale_acks": second.releases() > 0,
+    }
+    return fields | _after_own_acks(second)
 
 
-def early_stale(kit: Kit, backend: str) -> dict[str, Any]:
+def early_stale(side: DecodeSide) -> dict[str, Any]:
     """Control: A's late acks arrive before B is aborted (no room armed): ignored on every release."""
-    rank, first = _first_use(kit, backend, "pr37077-003")
-    with rank.running():
-        first.abort()
-        stale = first.frames()
-        first_outcome = _release_by_timeout(first)
-        second = Use(reuse_room(rank, "pr37077-004", PREFILL_RANKS, backend))
-        second.ack(stale)
-        second.abort()
-        second.resolve()
-        fields = {
-            "first_outcome": first_outcome,
-            "held_after_stale_acks": second.held(),
-            "released_by_stale_acks": second.releases() > 0,
-        }
-        return fields | _after_own_acks(second)
+    first, first_outcome, stale = _timed_out_first_use(side, "pr37077-003")
+    second = Use(side.admit("pr37077-004", room=first.room))
+    second.ack(stale)
+    second.abort()
+    second.resolve()
+    fields = {
+        "first_outcome": first_outcome,
+        "held_after_stale_acks": second.held(),
+        "released_by_stale_acks": second.releases() > 0,
+    }
+    return fields | _after_own_acks(second)
 
 
-def fresh(kit: Kit, backend: str) -> dict[str, Any]:
+def fresh(side: DecodeSide) -> dict[str, Any]:
     """Control: a room used once is held after its abort, then drained by its own acks."""
-    rank, only = _first_use(kit, backend, "pr37077-005")
-    with rank.running():
-        only.abort()
-        only.resolve()
-        return {"held_after_stale_acks": only.held(), **_after_own_acks(only)}
+    only = Use(side.admit("pr37077-005"))
+    only.abort()
+    only.resolve()
+    return {"held_after_stale_acks": only.held(), **_after_own_acks(only)}
 
 
 SCENARIOS = (reused, early_stale, fresh)
@@ -210,6 +213,10 @@ def observe(kit: Kit) -> dict[str, Any]:
         if gap is not None:
             fields.update(kit.backend_not_applicable(backend, gap))
             continue
-        for scenario in SCENARIOS:
-            fields.update(kit.on_backend(backend, _prefixed(scenario.__name__, scenario(kit, backend))))
+        with (
+            decode_side(kit, backend, prefill_ranks=PREFILL_RANKS) as side,
+            side.forced(side.queue, "transfer_queue", "deferred_kv_release_timeout", RELEASE_TIMEOUT_S),
+        ):
+            for scenario in SCENARIOS:
+                fields.update(kit.on_backend(backend, _prefixed(scenario.__name__, scenario(side))))
     return fields

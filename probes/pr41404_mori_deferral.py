@@ -2,10 +2,12 @@
 
 Scenario: the same as #41404's (:mod:`pr41404_deferred_release`), on the Mori
 back end, with one difference that is the point: whether the KV manager
-defers is left to the build (:mod:`harness.family_deferral`: its constructor
-combines ``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE``, the build's
-default, with the back end's ``supports_deferred_decode_kv_release``). A
-decode rank has published its destination to two prefill ranks; then
+defers is left to the build: the decode server is the build's own start-up
+(:func:`harness.decode_kv.decode_side`) with the deferred-release switch
+``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE`` at the build's default (not
+forced), and the KV manager's constructor combines it with the back end's
+``supports_deferred_decode_kv_release``. A request admitted through the
+scheduler has published its destination to two prefill ranks; then
 ``failed.*`` -- a prefill rank reports the transfer Failed; ``client_abort.*``
 -- the client aborts the request (the real ``Scheduler.abort_request``);
 ``drained.*`` -- after the failure both prefill ranks ack the drain. The real
@@ -31,11 +33,11 @@ from __future__ import annotations
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
-from harness.decode_kv import DecodeRank, deliver_abort_ack, prefill_endpoint
-from harness.family_deferral import build_decode_rank_as_built
+from harness.decode_kv import DecodeRank, DecodeSide, decode_side, deliver_abort_ack, prefill_endpoint
 from harness.features import Machinery
 
 BACKEND = "mori"
+CONTROL_BACKEND = "mooncake"
 PREFILL_RANKS = 2
 PREFILL_FAILURE = "probe: prefill rank 1 reported the transfer Failed"
 
@@ -64,24 +66,20 @@ def mori_gap() -> str | None:
     return None
 
 
-def _rank(kit: Kit, rid: str, backend: str = BACKEND, **options: Any) -> DecodeRank:
-    return build_decode_rank_as_built(
-        kit, rid=rid, prefill_ranks=PREFILL_RANKS, queue_defers=True, backend=backend, **options
-    )
-
-
 def _prefill_reports_failure(rank: DecodeRank) -> None:
+    """What decode's receive thread does when a prefill rank reports Failed."""
     from sglang.srt.disaggregation.base.conn import KVPoll
 
-    rank.kv_mgr.record_failure(rank.room, PREFILL_FAILURE)
-    rank.kv_mgr.update_status(rank.room, KVPoll.Failed)
+    rank.side.kv_mgr.record_failure(rank.room, PREFILL_FAILURE)
+    rank.side.kv_mgr.update_status(rank.room, KVPoll.Failed)
 
 
 def _pop(rank: DecodeRank) -> dict[str, Any]:
-    if rank.queue.pop_transferred():
+    """One pass of the scheduler's decode queue step (it polls the transfer queue)."""
+    if rank.side.step():
         raise ProbeFailure("a failed transfer was handed to decoding")
     return {
-        "released_immediately": rank.release_kv_cache.count == 1,
+        "released_immediately": rank.release_count() == 1,
         "abort_messages": rank.abort_messages(),
         "held": rank.held(),
     }
@@ -90,64 +88,78 @@ def _pop(rank: DecodeRank) -> dict[str, Any]:
 def _outcome(rank: DecodeRank, released_immediately: bool) -> str:
     if released_immediately:
         return "immediate"
-    if rank.release_kv_cache.count == 0:
+    if rank.release_count() == 0:
         return "held"
-    timed_out = any("timed out" in m and str(rank.room) in m for m in rank.warnings.messages)
+    timed_out = any("timed out" in m and str(rank.room) in m for m in rank.side.warnings.messages)
     return "timeout" if timed_out else "drained"
 
 
+def _acked(rank: DecodeRank) -> None:
+    """Each prefill rank acks the ABORT it received; the event loop's next pass."""
+    for prefill_rank in range(PREFILL_RANKS):
+        for frames in rank.aborts(prefill_endpoint(prefill_rank)):
+            deliver_abort_ack(rank.side.kv_mgr, rank.room, prefill_rank, frames)
+    rank.side.step()
+
+
 # --- scenarios -------------------------------------------------------------------
-def failed(kit: Kit) -> dict[str, Any]:
+def failed(side: DecodeSide) -> dict[str, Any]:
     """A prefill rank reports Failed: released at once, or ABORT sent and held?"""
-    rank = _rank(kit, "pr41404m-001")
-    with rank.running():
-        _prefill_reports_failure(rank)
-        return _pop(rank)
+    rank = side.admit("pr41404m-001")
+    _prefill_reports_failure(rank)
+    fields = _pop(rank)
+    _acked(rank)  # let a hold end, so the next scenario starts clean
+    return fields
 
 
-def client_abort(kit: Kit) -> dict[str, Any]:
+def client_abort(side: DecodeSide) -> dict[str, Any]:
     """The client aborts: the ABORTs go out on both sides; released at once, or held?"""
-    rank = _rank(kit, "pr41404m-002")
-    with rank.running():
-        rank.client_abort()
-        return _pop(rank)
+    rank = side.admit("pr41404m-002")
+    rank.client_abort()
+    fields = _pop(rank)
+    _acked(rank)
+    return fields
 
 
-def drained(kit: Kit) -> dict[str, Any]:
+def drained(side: DecodeSide) -> dict[str, Any]:
     """After a failure both prefill ranks ack: released once, at once or on the acks?"""
-    rank = _rank(kit, "pr41404m-003")
-    with rank.running():
-        _prefill_reports_failure(rank)
-        first = _pop(rank)
-        for prefill_rank in range(PREFILL_RANKS):
-            for frames in rank.wire.messages(b"ABORT", prefill_endpoint(prefill_rank)):
-                deliver_abort_ack(rank.kv_mgr, rank.room, prefill_rank, frames)
-        rank.queue.resolve_deferred_releases()
-        rank.queue.resolve_deferred_releases()  # a second pass must not release again
-        return {
-            "outcome": _outcome(rank, first["released_immediately"]),
-            "release_count": rank.release_kv_cache.count,
-        }
+    rank = side.admit("pr41404m-003")
+    _prefill_reports_failure(rank)
+    first = _pop(rank)
+    _acked(rank)
+    side.step()  # a second pass must not release again
+    return {"outcome": _outcome(rank, first["released_immediately"]), "release_count": rank.release_count()}
 
 
-def unnotifiable(kit: Kit) -> dict[str, Any]:
+def unnotifiable(side: DecodeSide) -> dict[str, Any]:
     """Control: no bootstrap info, nobody to notify -> released at once on both sides."""
-    rank = _rank(kit, "pr41404m-004", notifiable=False)
-    with rank.running():
-        _prefill_reports_failure(rank)
-        first = _pop(rank)
-        return {**first, "outcome": _outcome(rank, first["released_immediately"])}
+    rank = side.admit("pr41404m-004")
+    rank.receiver.bootstrap_infos = None  # the state this control models: the destinations were never learnt
+    _prefill_reports_failure(rank)
+    first = _pop(rank)
+    return {**first, "outcome": _outcome(rank, first["released_immediately"])}
 
 
-def mooncake_failed(kit: Kit) -> dict[str, Any]:
+def mooncake_failed(side: DecodeSide) -> dict[str, Any]:
     """Control: the same failure on this build's Mooncake back end, its deferral the build's own too."""
-    rank = _rank(kit, "pr41404m-005", backend="mooncake")
-    with rank.running():
-        _prefill_reports_failure(rank)
-        return {"held": _pop(rank)["held"]}
+    rank = side.admit("pr41404m-005")
+    _prefill_reports_failure(rank)
+    held = _pop(rank)["held"]
+    _acked(rank)
+    return {"held": held}
 
 
-SCENARIOS = (failed, client_abort, drained, unnotifiable, mooncake_failed)
+SCENARIOS = (failed, client_abort, drained, unnotifiable)
+CONTROL_SCENARIOS = (mooncake_failed,)
+
+
+def _run(kit: Kit, backend: str, scenarios: tuple[Any, ...]) -> dict[str, Any]:
+    """``scenarios`` on one decode server of ``backend``, its deferral switch at the build's default."""
+    fields: dict[str, Any] = {}
+    with decode_side(kit, backend, prefill_ranks=PREFILL_RANKS, switch_forced=False) as side:
+        for scenario in scenarios:
+            fields.update({f"{scenario.__name__}.{k}": v for k, v in scenario(side).items()})
+    return fields
 
 
 def observe(kit: Kit) -> dict[str, Any]:
@@ -159,8 +171,5 @@ def observe(kit: Kit) -> dict[str, Any]:
     gap = mori_gap()
     if gap is not None:
         return kit.backend_not_applicable(BACKEND, gap)
-    fields: dict[str, Any] = {}
-    for scenario in SCENARIOS:
-        observed = scenario(kit)
-        fields.update(kit.on_backend(BACKEND, {f"{scenario.__name__}.{k}": v for k, v in observed.items()}))
-    return fields
+    fields = _run(kit, BACKEND, SCENARIOS) | _run(kit, CONTROL_BACKEND, CONTROL_SCENARIOS)
+    return kit.on_backend(BACKEND, fields)

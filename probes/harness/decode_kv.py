@@ -114,14 +114,18 @@ class DecodeSide:
         self.scheduler.process_decode_queue()
         return [r for r in self.scheduler.waiting_queue if all(r is not b for b in before)]
 
-    def admit(self, rid: str, *, refuse_metadata_at: int | None = None) -> DecodeRank:
+    def admit(self, rid: str, *, refuse_metadata_at: int | None = None, room: int | None = None) -> DecodeRank:
         """A new request through the scheduler's dispatch, bootstrapped and preallocated by its event loop.
 
         ``refuse_metadata_at`` makes that prefill rank's socket refuse the request's metadata once (a
         transient ZMQ error): the ranks before it hold the destination, the rest do not; the same
-        pass of the event loop then meets the failed room in the transfer queue.
+        pass of the event loop then meets the failed room in the transfer queue. ``room``: the
+        request gets that bootstrap room (an id the tokenizer's random draw gives again) instead
+        of a fresh one.
         """
         req = new_req(rid)
+        if room is not None:
+            req.bootstrap_room = room
         rank = DecodeRank(self, req)
         if refuse_metadata_at is not None:
             import zmq
@@ -254,8 +258,15 @@ class _RowsBack:
 
 
 @contextlib.contextmanager
-def decode_side(kit: Kit, backend: str, *, prefill_ranks: int) -> Iterator[DecodeSide]:
-    """A decode server on ``backend`` (deferred release switched on), its transport faked, while the block runs."""
+def decode_side(
+    kit: Kit, backend: str, *, prefill_ranks: int, switch_forced: bool = True, **fields: Any
+) -> Iterator[DecodeSide]:
+    """A decode server on ``backend``, its transport faked, while the block runs.
+
+    Deferred release is switched on through the build's switch (reported), unless
+    ``switch_forced`` is False: then the build's default decides. ``fields``: more server
+    arguments, as launch flags set them.
+    """
     from sglang.srt.disaggregation import decode
     from sglang.srt.mem_cache import common
 
@@ -266,11 +277,12 @@ def decode_side(kit: Kit, backend: str, *, prefill_ranks: int) -> Iterator[Decod
     rows = _RowsBack()
     release = kit.recorder("release_kv_cache", side_effect=rows)
     with contextlib.ExitStack() as stack:
-        _deferred_release_forced(kit, stack)
+        if switch_forced:
+            _deferred_release_forced(kit, stack)
         stack.enter_context(transport.contexts())
         stack.enter_context(transport.receiver_sockets())
         stack.enter_context(swapped_at_import_sites(common, "release_kv_cache", release))
-        side = DecodeSide(kit, backend, transport, start(kit, "decode", backend=backend), release)
+        side = DecodeSide(kit, backend, transport, start(kit, "decode", backend=backend, **fields), release)
         rows.scheduler = side.scheduler
         decode.logger.addHandler(side.warnings)
         stack.callback(decode.logger.removeHandler, side.warnings)
