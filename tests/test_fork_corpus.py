@@ -74,7 +74,7 @@ def one_runner_per_worker() -> Iterator[None]:
     """Every ``backport`` of this worker shares one runner: one warm hub imports SGLang's
     dependencies once for the whole corpus instead of once per fork (~6 s each)."""
     from difflab.runner import build_runner
-    from difflab.workflows import backport as backport_run
+    from difflab.workflows import session as session_steps  # every workflow builds its runner there
 
     built: dict[tuple[Any, ...], Any] = {}
 
@@ -85,7 +85,7 @@ def one_runner_per_worker() -> Iterator[None]:
         return built[key]
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(backport_run, "build_runner", shared)
+    mp.setattr(session_steps, "build_runner", shared)
     try:
         yield
     finally:

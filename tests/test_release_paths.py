@@ -76,6 +76,17 @@ def fields(observed: dict[tuple[str, str], Observation], probe: str, release: st
     return obs.fields
 
 
+DOOR_BACKENDS = ("mooncake", "nixl", "mori")  # the doors run every scenario on each back end the build ships
+
+
+def door_fields(observed: dict[tuple[str, str], Observation], probe: str, release: str, backend: str) -> dict:
+    """One back end's fields of a door probe (``<backend>:<field>``), named without the prefix."""
+    prefix = f"{backend}:"
+    own = {k[len(prefix) :]: v for k, v in fields(observed, probe, release).items() if k.startswith(prefix)}
+    assert own, f"{probe} on {release} returned no {backend} fields"
+    return own
+
+
 # -- #36988 ------------------------------------------------------------------------------------------
 
 
@@ -172,9 +183,10 @@ def test_hicache_storage_is_forced_and_reported_with_the_builds_default(observed
 # -- #38935 ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", DOOR_BACKENDS)
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_rejected_request_lets_its_streaming_session_take_the_next_turn(observed, release) -> None:
-    f = fields(observed, "pr38935_prefill_door", release)
+def test_a_rejected_request_lets_its_streaming_session_take_the_next_turn(observed, release, backend) -> None:
+    f = door_fields(observed, "pr38935_prefill_door", release, backend)
     fixed = carries("38935", release)
     assert f["rejected_session.session_busy"] is not fixed
     assert f["rejected_session.session_detached"] is fixed
@@ -184,9 +196,10 @@ def test_a_rejected_request_lets_its_streaming_session_take_the_next_turn(observ
     assert f["plain_session.session_detached"] is False and f["plain_session.session_busy"] is False
 
 
+@pytest.mark.parametrize("backend", DOOR_BACKENDS)
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_rejected_beam_leader_retires_its_group(observed, release) -> None:
-    f = fields(observed, "pr38935_prefill_door", release)
+def test_a_rejected_beam_leader_retires_its_group(observed, release, backend) -> None:
+    f = door_fields(observed, "pr38935_prefill_door", release, backend)
     fixed = carries("38935", release)
     assert f["rejected_group.group_retired"] is fixed
     assert f["rejected_group.live_groups"] == (0 if fixed else 1)
@@ -194,19 +207,21 @@ def test_a_rejected_beam_leader_retires_its_group(observed, release) -> None:
     assert f["group_valid.group_retired"] is False and f["group_valid.live_groups"] == 1
 
 
+@pytest.mark.parametrize("backend", DOOR_BACKENDS)
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("scenario", ["reentering_kv", "reentering_mamba"])
-def test_a_reentering_request_holding_kv_or_mamba_state_is_admitted(observed, release, scenario) -> None:
-    f = fields(observed, "pr38935_prefill_door", release)
+def test_a_reentering_request_holding_kv_or_mamba_state_is_admitted(observed, release, scenario, backend) -> None:
+    f = door_fields(observed, "pr38935_prefill_door", release, backend)
     assert f[f"{scenario}.enqueued"] is True and f[f"{scenario}.sender_created"] is True
     assert f[f"{scenario}.retired"] is False and f[f"{scenario}.streamed"] == []
 
 
+@pytest.mark.parametrize("backend", DOOR_BACKENDS)
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_rejected_request_is_retired_at_both_doors_with_its_400(observed, release) -> None:
+def test_a_rejected_request_is_retired_at_both_doors_with_its_400(observed, release, backend) -> None:
     fixed = carries("38935", release)
-    prefill = fields(observed, "pr38935_prefill_door", release)
-    decode = fields(observed, "pr38935_decode_door", release)
+    prefill = door_fields(observed, "pr38935_prefill_door", release, backend)
+    decode = door_fields(observed, "pr38935_decode_door", release, backend)
     assert prefill["rejected.enqueued"] is not fixed and decode["rejected.receiver_created"] is not fixed
     for door in (prefill, decode):
         assert door["rejected.retired"] is fixed

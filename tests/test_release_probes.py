@@ -172,7 +172,7 @@ def test_useless_probe_is_insensitive_and_stale_mutation_is_reported(
     mutation = block[block.index("[[fixes.mutations]]") :].split("\n\n")[0]
     mutation = re.sub(r"\n(targets|hunks) = \[.*\]", "", mutation) + '\ntargets = ["useless_prefill_door"]'
     useless = (
-        '[[fixes]]\nid = "38935"\npr = 38935\ntitle = "useless"\nbase = { release = "0.5.20" }\n'
+        '[[fixes]]\nid = "38935"\npr = 38935\ntitle = "useless"\nfamily = "kv-safety"\nbase = { release = "0.5.20" }\n'
         'head = { release = "0.5.21" }\n[[fixes.probes]]\nname = "useless_prefill_door"\n'
         '[fixes.probes.expect]\n"s.has_reject_helper" = [false, true]\n'
         '[fixes.probes.controls]\n"old.has_reject_helper" = true\n\n' + mutation + "\n\n"

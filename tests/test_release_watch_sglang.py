@@ -138,9 +138,9 @@ def test_the_reverted_fix_is_a_regression_listed_first_and_the_run_fails(watch: 
     assert observation["sglang_version"] == FAKE and observation["source"]["sha256"] == sha256(watch.fake)
 
 
-def test_junit_has_a_case_per_fix_and_release_and_the_folder_is_sealed(watch: Watch) -> None:
+def test_junit_has_a_case_per_fix_and_release_and_the_folder_is_sealed(watch: Watch, matrix) -> None:
     cases = {(c.classname, c.name): c for suite in JUnitXml.fromfile(str(watch.run / "junit.xml")) for c in suite}
-    assert len(cases) == 5 * 2
+    assert len(cases) == len(matrix.fixes) * 2
     assert cases[("contains.38935", FAKE)].result[0].type == "regression"
     assert all(c.is_passed for key, c in cases.items() if key != ("contains.38935", FAKE))
     run = json.loads((watch.run / "run.json").read_text())
@@ -226,7 +226,7 @@ def test_the_html_grid_shows_every_release_fix_regression_and_working_links(watc
     for href, cell_id in links.items():
         browser.get(href)
         shown = json.loads(browser.find_element(By.TAG_NAME, "body").text)
-        _, fix, release = cell_id.split("-", 2)
+        fix, release = cell_id.removeprefix("cell-").rsplit("-", 1)  # a fix id may hold a dash: 41404-mori
         assert (shown["fix"], shown["side"]) == (fix, release), href
     browser.get(page)
     browser.find_element(By.ID, f"cell-38935-{FAKE}").find_element(By.CSS_SELECTOR, "a.verdict").click()

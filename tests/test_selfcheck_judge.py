@@ -7,15 +7,16 @@ off, and the outcome, ``passed``, hunk coverage and the overall pass must all sa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from difflab.diff.mutation import MutationResult, hunk_coverage, judge_mutation, not_run, selfcheck_passed
 from difflab.matrix import Fix, Mutation, load_matrix
 from difflab.matrix.model import ProbeSpec
 from difflab.observation import Observation
-from difflab.paths import default_matrix
 
-FIX = load_matrix(default_matrix()).fix("38935")
+MACHINERY_MATRIX = Path(__file__).resolve().parent / "fixtures" / "machinery" / "upstream.toml"
+FIX = load_matrix(MACHINERY_MATRIX).fix("38935")  # a frozen shape: the judge's rules, not the default matrix
 HEAD = "0.5.21"
 
 
