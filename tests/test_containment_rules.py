@@ -67,7 +67,7 @@ def test_a_fix_older_than_every_pin_without_probes_is_not_judged_with_its_reason
     fix = dataclasses.replace(machinery_matrix.fix("38935"), base=older, head=SidePin(release="0.5.19"), probes=())
     assert [expected_cell(fix, r) for r in ("0.5.19", "0.5.23")] == ["present", "present"]
     cell = judge_cell(fix, "0.5.22", {}, {})
-    reason = "not judged: no probe; base unavailable (0.5.19 already carries it)"
+    reason = "no probe judges it; base unavailable (0.5.19 already carries it)"
     assert cell == Cell("38935", "0.5.22", "not-judged", None, reason)
     assert cell.agrees
     with_probes = dataclasses.replace(fix, probes=machinery_matrix.fix("38935").probes)
@@ -237,3 +237,10 @@ def test_a_back_end_without_the_machinery_is_named_not_applicable_and_not_judged
     missing = _on(spec, "mooncake", 1) | {"mori:not-applicable": "none"}  # nixl neither observed nor excused
     cell = judge_cell(fix, "0.5.22", {DEFERRED: _obs("41404", "0.5.22", DEFERRED, fields=missing)}, {})
     assert cell.verdict == "error"
+
+
+def test_every_cell_verdict_has_a_colour_in_the_terminal_grid() -> None:
+    from difflab.commands.contains import COLOURS
+    from difflab.diff.containment import VERDICTS
+
+    assert sorted(COLOURS) == sorted(VERDICTS)

@@ -82,7 +82,7 @@ def test_a_fix_older_than_every_pin_without_probes_is_not_judged_and_does_not_fa
     older = dataclasses.replace(DOOR, base=SidePin(unavailable="0.5.19 already carries it"), probes=(), hunks=())
     v = judge_backport(older, {})
     assert (v.verdict, v.passed) == ("not-judged", True)
-    assert v.reason == "not judged: no probe; base unavailable (0.5.19 already carries it)"
+    assert v.reason == "no probe judges it; base unavailable (0.5.19 already carries it)"
     (case,) = _cases([v])
     assert (case.outcome, case.message) == ("skipped", v.reason)
     bare = judge_backport(dataclasses.replace(DOOR, probes=(), hunks=()), {})

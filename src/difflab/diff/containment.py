@@ -122,7 +122,7 @@ def judge_cell(fix: Fix, release: str, obs: Mapping[str, Observation], paths: Ma
     """One release's cell from its probes' observations (``paths``: probe -> observation file in the run)."""
     expected = expected_cell(fix, release)
     if not fix.probes and fix.base.unavailable:
-        why = f"not judged: no probe; base unavailable ({fix.base.unavailable})"
+        why = f"no probe judges it; base unavailable ({fix.base.unavailable})"
         return Cell(fix.id, release, NOT_JUDGED, None, why)
     if not fix.probes:
         return Cell(fix.id, release, ERROR, expected, "no probes declared for this fix in the matrix")

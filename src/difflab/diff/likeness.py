@@ -320,7 +320,7 @@ def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVe
     """present / absent / partial / error for one fix from its probes' observations on one source."""
     verdict = _Verdicts(fix, forced_notes(observations))
     if not fix.probes and fix.base.unavailable:
-        return verdict(NOT_JUDGED, f"not judged: no probe; base unavailable ({fix.base.unavailable})", [], [])
+        return verdict(NOT_JUDGED, f"no probe judges it; base unavailable ({fix.base.unavailable})", [], [])
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix", [], [])
     probes = [compare_probe(spec, observations.get(spec.name)) for spec in fix.probes]
