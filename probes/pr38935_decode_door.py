@@ -34,8 +34,9 @@ Mori, each side selected through ``ServerArgs`` and building its own real
 receiver class; fields read ``<backend>:<field>``.
 
 Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
-sockets) and the back end's network edges (:func:`harness.doors.offline_kv_manager`;
-its manager starts with the empty prefill-peer table of its constructor).
+sockets) and the back end's transfer edges (:mod:`harness.transport`: engine, control
+socket, bootstrap HTTP, threads recorded); the KV manager is built by its own constructor,
+which starts it with an empty prefill-peer table.
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def observe(kit: Kit) -> dict[str, Any]:
     MACHINERY.require(kit)
     ensure_runtime()
     kit.allow_log(re.escape(INTAKE_REJECTION))  # the build's intake logs the rejection it parks
-    return on_every_backend(kit, lambda backend: _scenarios(Door(kit, "decode", backend)))
+    return on_every_backend(kit, lambda backend: _on(kit, backend))
+
+
+def _on(kit: Kit, backend: str) -> dict[str, Any]:
+    with Door(kit, "decode", backend) as door:
+        return _scenarios(door)
 
 
 def _scenarios(door: Door) -> dict[str, Any]:

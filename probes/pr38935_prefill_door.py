@@ -54,8 +54,8 @@ sender class; fields read ``<backend>:<field>``, so a door check skipped on one
 back end is seen there (``partial``, naming it).
 
 Fakes: only what :mod:`harness.server` fakes (model, GPU, process groups, ZMQ
-sockets) and the back end's network edges (:func:`harness.doors.offline_kv_manager`:
-the KV manager's transfer engine, sockets, bootstrap registration and threads).
+sockets) and the back end's transfer edges (:mod:`harness.transport`: engine, control
+socket, bootstrap HTTP, threads recorded); the KV manager is built by its own constructor.
 """
 
 from __future__ import annotations
@@ -144,7 +144,16 @@ def observe(kit: Kit) -> dict[str, Any]:
 
 
 def _scenarios(kit: Kit, backend: str) -> dict[str, Any]:
-    door = Door(kit, "prefill", backend)
+    with Door(kit, "prefill", backend) as door:
+        fields = _prefill(kit, door)
+    with Door(kit, "null", backend) as null_door:
+        _, null_mode = null_door.submit(f"null-mode-{backend}", prompt_len=1500)
+    fields["null_mode.waiting"] = null_mode["waiting"]
+    fields["null_mode.retired"] = null_mode["retired"]
+    return fields
+
+
+def _prefill(kit: Kit, door: Door) -> dict[str, Any]:
     fields: dict[str, Any] = _intake(door)
 
     rejected_session = _in_session(new_req("rejected-session", prompt_len=1500), streaming=True)
@@ -176,10 +185,6 @@ def _scenarios(kit: Kit, backend: str) -> dict[str, Any]:
     backup = _reentering("reentering-backup")
     backup.kv.retraction_backup = object()  # host copy taken when it was retracted
     fields.update(_admit(door, "reentering_backup", backup))
-
-    _, null_mode = Door(kit, "null", backend).submit(f"null-mode-{backend}", prompt_len=1500)
-    fields["null_mode.waiting"] = null_mode["waiting"]
-    fields["null_mode.retired"] = null_mode["retired"]
     return fields
 
 

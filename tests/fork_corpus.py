@@ -456,6 +456,14 @@ DECODE_QUEUE_INIT_21 = """        self.transfer_backend = transfer_backend
         # Queue for requests pending pre-allocation
 """
 SCHEDULER_INIT_21 = "        self.enable_hicache_storage = get_memory().hicache_storage_backend is not None\n"
+KV_MANAGER_INIT_21 = """        self.disaggregation_mode = disaggregation_mode
+        self.server_args = server_args
+"""
+KV_MANAGER_FLAG = """        try:
+            self.acme_pd_intake_check = envs.SGLANG_ACME_PD_INTAKE_CHECK.get()
+        except AttributeError:  # an environment module without the flag
+            self.acme_pd_intake_check = True
+"""
 
 
 def _doors_gated(attr_owner: str) -> tuple[Edit, ...]:
@@ -1319,6 +1327,34 @@ CORPUS: tuple[ForkSpec, ...] = (
         expect={"38935": "present"},
         why="flag-init-on: each queue's __init__ sets the flag from a new EnvBool(True): by default both doors "
         "check, exactly 0.5.21's admission",
+    ),
+    ForkSpec(
+        name="38935-gated-kv-manager-init-off",
+        cls="flag-init-off",
+        base_release="0.5.21",
+        edits=(
+            new_env_flag("SGLANG_ACME_PD_INTAKE_CHECK", False, "upstream #38935's intake check at the PD doors"),
+            Edit(COMMON, KV_MANAGER_INIT_21, KV_MANAGER_INIT_21 + KV_MANAGER_FLAG),
+            *_doors_gated("self.kv_manager"),
+        ),
+        expect={"38935": "absent"},
+        why="flag-init-off: both doors ask a flag every transfer back end's KV manager constructor "
+        "(CommonKVManager.__init__) sets inside a try from a new EnvBool(False), which only running the "
+        "constructor answers: by default neither door checks, exactly 0.5.20's admission",
+    ),
+    ForkSpec(
+        name="38935-gated-kv-manager-init-on",
+        cls="flag-init-on",
+        base_release="0.5.21",
+        edits=(
+            new_env_flag("SGLANG_ACME_PD_INTAKE_CHECK", True, "upstream #38935's intake check at the PD doors"),
+            Edit(COMMON, KV_MANAGER_INIT_21, KV_MANAGER_INIT_21 + KV_MANAGER_FLAG),
+            *_doors_gated("self.kv_manager"),
+        ),
+        expect={"38935": "present"},
+        why="flag-init-on: both doors ask a flag every transfer back end's KV manager constructor "
+        "(CommonKVManager.__init__) sets inside a try from a new EnvBool(True), which only running the "
+        "constructor answers: by default both doors check, exactly 0.5.21's admission",
     ),
     ForkSpec(
         name="38935-predicate-inlined",

@@ -20,8 +20,9 @@ the build's own environment switch (reported with its default); the release time
 transfer queue's own unless a scenario forces one, reported beside the verdict with the
 value the build's constructor set.
 
-:class:`DecodeRooms` (many rooms on one ``__new__``-built Mooncake manager) serves the
-throughput bench only, whose timer must not include a server start.
+A bench that keeps a side across its timed runs leaves the block once the side is built
+and holds the faked edges again around each run (:meth:`DecodeSide.edges`), so sides of
+several loads never share a transport.
 """
 
 from __future__ import annotations
@@ -30,26 +31,18 @@ import contextlib
 import functools
 import logging
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from difflab.probe.kit import Kit, ProbeFailure, Recorder, StrictFake
-from harness.gloo import single_rank_group
+from difflab.probe.kit import Kit, ProbeFailure, Recorder
 from harness.requests import new_req
-from harness.runtime import scheduler_metrics, swapped_at_import_sites
-from harness.strict import prime, strict_instance
+from harness.runtime import swapped_at_import_sites
 from harness.transport import Transport
-from harness.wire import Wire, tcp_endpoint
+from harness.wire import tcp_endpoint
 
-DECODE_IP = "192.0.2.20"
-DECODE_PORT = 17020
-BOOTSTRAP_ADDR = "192.0.2.10:8998"
 PREFILL_IP = "192.0.2.10"
 PREFILL_BASE_PORT = 17100
-METADATA_SLOTS = 4
-DECODE_SESSION = "decode-session-0"
 
 
 def prefill_endpoint(rank: int) -> str:
@@ -90,6 +83,9 @@ class DecodeSide:
     transport: Transport
     side: Any  # harness.server.Side
     release_kv_cache: Recorder
+    switch_forced: bool = True
+    rows: _RowsBack | None = None
+    """What ``release_kv_cache`` gives back to the pools (its recorder's effect)."""
     warnings: WarningLog = field(default_factory=WarningLog)
 
     @property
@@ -152,6 +148,28 @@ class DecodeSide:
                 f"{prealloc.req_to_metadata_buffer_idx_allocator.available_size()} metadata slots free)"
             )
         return rank
+
+    @contextlib.contextmanager
+    def edges(self) -> Iterator[None]:
+        """The faked edges this side was started with, held while the block runs.
+
+        The transport (:meth:`Transport.contexts`, the receivers' sockets), GPU memory
+        (``release_kv_cache``) and, where forced, the deferred-release switch.
+        """
+        from sglang.srt.mem_cache import common
+
+        with contextlib.ExitStack() as stack:
+            if self.switch_forced:
+                stack.enter_context(_deferred_switch().override(True))
+            stack.enter_context(self.transport.contexts())
+            stack.enter_context(self.transport.receiver_sockets())
+            stack.enter_context(swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache))
+            yield
+
+    def forget(self, reqs: Iterable[Any]) -> None:
+        """Released requests the side stops tracking: a bench reusing it sends fresh ``Req`` objects."""
+        if self.rows is not None:
+            self.rows.freed.difference_update(id(req) for req in reqs)
 
     @contextlib.contextmanager
     def forced(self, owner: Any, name: str, attribute: str, value: Any) -> Iterator[None]:
@@ -224,13 +242,15 @@ class DecodeRank:
         self.side.scheduler.abort_request(AbortReq(rid=self.req.rid))
 
 
-def _deferred_release_forced(kit: Kit, stack: contextlib.ExitStack) -> None:
-    """Deferred release on, through the build's own switch; reported with the build's default."""
+def _deferred_switch() -> Any:
     from sglang.srt.environ import envs
 
-    switch = getattr(envs, DEFERRED_SWITCH)
-    kit.forced_flag(SWITCH_NAME, True, switch.get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
-    stack.enter_context(switch.override(True))
+    return getattr(envs, DEFERRED_SWITCH)
+
+
+def _report_switch_forced(kit: Kit) -> None:
+    """Deferred release is forced on through the build's own switch: reported with the build's default."""
+    kit.forced_flag(SWITCH_NAME, True, _deferred_switch().get(), "sglang/srt/environ.py", [DEFERRED_SWITCH])
 
 
 class _RowsBack:
@@ -268,7 +288,6 @@ def decode_side(
     arguments, as launch flags set them.
     """
     from sglang.srt.disaggregation import decode
-    from sglang.srt.mem_cache import common
 
     from harness.server import start
 
@@ -276,17 +295,17 @@ def decode_side(
     transport = Transport(kit, backend, prefill_ranks)
     rows = _RowsBack()
     release = kit.recorder("release_kv_cache", side_effect=rows)
-    with contextlib.ExitStack() as stack:
-        if switch_forced:
-            _deferred_release_forced(kit, stack)
-        stack.enter_context(transport.contexts())
-        stack.enter_context(transport.receiver_sockets())
-        stack.enter_context(swapped_at_import_sites(common, "release_kv_cache", release))
-        side = DecodeSide(kit, backend, transport, start(kit, "decode", backend=backend, **fields), release)
+    if switch_forced:
+        _report_switch_forced(kit)
+    side = DecodeSide(kit, backend, transport, None, release, switch_forced, rows)
+    with side.edges():
+        side.side = start(kit, "decode", backend=backend, **fields)
         rows.scheduler = side.scheduler
         decode.logger.addHandler(side.warnings)
-        stack.callback(decode.logger.removeHandler, side.warnings)
-        yield side
+        try:
+            yield side
+        finally:
+            decode.logger.removeHandler(side.warnings)
 
 
 # --- back-end adaptations (one place): what each transport's decode side needs faked --------------
@@ -295,25 +314,6 @@ BACKENDS = ("mooncake", "nixl", "mori")
 
 TRANSPORT_PACKAGES = {"mori": "mori"}
 """A back end whose conn module imports its RDMA library at module level: that library is stubbed (the transport)."""
-
-
-def _engine_attrs(kit: Kit, backend: str) -> dict[str, Any]:
-    """The transfer engine a back end's decode KV manager holds; decode only asks it for its own name."""
-    if backend == "mooncake":
-        return {"engine": kit.fake("mooncake engine", get_session_id=lambda: DECODE_SESSION)}
-    if backend == "nixl":
-        agent = kit.fake("nixl agent")
-        agent.name = DECODE_SESSION  # a fake's own label is its first argument, so the agent's name is set after
-        # kv_args: the GPU buffers; NIXL's send_metadata logs the engine rank
-        return {"agent": agent, "kv_args": kit.fake("kv_args", engine_rank=0)}
-    if backend == "mori":
-        return {"engine_desc": kit.fake("mori engine descriptor", key=DECODE_SESSION)}
-    raise ValueError(f"no decode transport adaptation for back end {backend!r}")
-
-
-def _receiver_attrs(backend: str) -> dict[str, Any]:
-    """What a back end's receiver learnt in its own ``__init__`` from its engine (Mooncake: the session id)."""
-    return {"session_id": DECODE_SESSION} if backend == "mooncake" else {}
 
 
 def _import_transport(backend: str) -> None:
@@ -376,229 +376,6 @@ def deferral_gap(backend: str) -> str | None:
     if "note_abort_ack" not in source and "handle_abort_ack_message" not in source:
         return f"{manager_cls.__module__} never consumes a prefill rank's drain ack (ABORT_ACK)"
     return None
-
-
-def _decode_manager(kit: Kit, backend: str, manager_defers: bool) -> Any:
-    """The decode rank's real KV manager of ``backend`` (decode mode), its bookkeeping from this build's constructor.
-
-    Deferred release is forced (on, or off for a control), reported with the build's own default.
-    """
-    from sglang.srt.disaggregation.utils import DisaggregationMode
-
-    manager_cls, _ = transport_classes(backend)
-    return strict_instance(
-        kit,
-        manager_cls,
-        "decode_kv_mgr",
-        disaggregation_mode=DisaggregationMode.DECODE,
-        forced={"enable_deferred_decode_kv_release": manager_defers},
-        local_ip=DECODE_IP,
-        rank_port=DECODE_PORT,
-        **_engine_attrs(kit, backend),
-    )
-
-
-def _receiver_class_attrs(kit: Kit, wire: Wire, prefill_ranks: int) -> dict[str, Any]:
-    """What SGLang keeps on the receiver class (shared by every receiver of the process): sockets, locks."""
-    endpoints = [prefill_endpoint(r) for r in range(prefill_ranks)]
-    return {
-        "_socket_cache": wire.sockets(*endpoints),
-        "_socket_locks": Wire.locks(*endpoints),
-        "_global_lock": threading.Lock(),
-        # Any attempt to open a real socket is reported, not performed.
-        "_ctx": kit.fake("receiver zmq.Context"),
-    }
-
-
-def _receiver(kit: Kit, kv_mgr: Any, room: int, prefill_ranks: int, class_attrs: dict[str, Any]) -> Any:
-    """A real Mooncake receiver for ``room``, bootstrapped: the room is WaitingForInput on the manager."""
-    from sglang.srt.disaggregation.base.conn import KVPoll
-
-    backend = "mooncake"
-    _, receiver_cls = transport_classes(backend)
-    bootstrap_infos = [
-        {"rank_ip": PREFILL_IP, "rank_port": PREFILL_BASE_PORT + r, "is_dummy": False, "pp_rank": 0}
-        for r in range(prefill_ranks)
-    ]
-    receiver = strict_instance(
-        kit,
-        receiver_cls,
-        "kv_receiver",
-        class_attrs=class_attrs,
-        kv_mgr=kv_mgr,
-        bootstrap_room=room,
-        bootstrap_addr=BOOTSTRAP_ADDR,
-        bootstrap_infos=bootstrap_infos,
-        required_dst_info_num=1,  # what the receiver's init() learns from the bootstrap server
-        **_receiver_attrs(backend),
-    )
-    # The room's real lifecycle on the decode side: bootstrapped, metadata sent.
-    kv_mgr.addr_to_rooms_tracker[BOOTSTRAP_ADDR].add(room)
-    kv_mgr.prefill_response_tracker[room] = set()
-    kv_mgr.required_prefill_response_num_table[room] = prefill_ranks
-    kv_mgr.update_status(room, KVPoll.Bootstrapping)
-    kv_mgr.update_status(room, KVPoll.WaitingForInput)
-    return receiver
-
-
-@dataclass
-class _QueueParts:
-    queue: Any  # DecodeTransferQueue
-    metrics: StrictFake
-    metadata_rooms: Any  # torch tensor: the bootstrap room each metadata slot holds
-    deferred_outcomes: list[str]
-
-
-def _transfer_queue(
-    kit: Kit,
-    decode_reqs: list[Any],
-    allocator: Any,
-    slots: int,
-    queue_defers: bool,
-    release_timeout_s: float | None,
-) -> _QueueParts:
-    """The real ``DecodeTransferQueue`` holding ``decode_reqs``, with faked metadata buffers, metrics and scheduler."""
-    import torch
-    from sglang.srt.disaggregation.decode import DecodeTransferQueue
-
-    metadata_rooms = torch.zeros((slots, 8), dtype=torch.int64)
-    for decode_req in decode_reqs:
-        metadata_rooms[decode_req.metadata_buffer_index, 0] = int(decode_req.req.bootstrap_room)
-
-    def clear_slot(idx: int) -> None:
-        metadata_rooms[idx] = 0
-
-    deferred_outcomes: list[str] = []
-
-    def observe_deferred(*, duration_seconds: float, outcome: str) -> None:
-        deferred_outcomes.append(outcome)
-
-    metrics = kit.fake(
-        "metrics_collector",
-        increment_transfer_failed_reqs=kit.recorder("increment_transfer_failed_reqs"),
-        observe_decode_deferred_kv_release=kit.recorder(
-            "observe_decode_deferred_kv_release", side_effect=observe_deferred
-        ),
-    )
-    scheduler = kit.fake(
-        "scheduler",
-        enable_decode_hicache=False,
-        enable_hisparse=False,
-        kv_checksum_computer=None,
-        output_streamer=kit.fake("output_streamer", stream_output=kit.recorder("stream_output")),
-        **_metrics(kit, metrics),
-    )
-    queue = strict_instance(
-        kit,
-        DecodeTransferQueue,
-        "transfer_queue",
-        queue=list(decode_reqs),
-        gloo_group=single_rank_group(),
-        req_to_metadata_buffer_idx_allocator=allocator,
-        tp_rank=0,
-        metadata_buffers=kit.fake(
-            "metadata_buffers",
-            bootstrap_room=metadata_rooms,
-            clear_slot=kit.recorder("clear_slot", side_effect=clear_slot),
-        ),
-        scheduler=scheduler,
-        tree_cache=kit.fake("tree_cache", unlock=kit.recorder("tree_cache.unlock")),
-        spec_algorithm=None,
-        enable_staging=False,
-        staging_handler=None,
-        enable_host_receive=False,
-        forced={
-            "enable_deferred_kv_release": queue_defers,
-            # the release timeout is the build's own unless the scenario needs another (reported with the build's)
-            **({"deferred_kv_release_timeout": release_timeout_s} if release_timeout_s is not None else {}),
-        },
-    )
-    return _QueueParts(queue, metrics, metadata_rooms, deferred_outcomes)
-
-
-def _metrics(kit: Kit, collector: StrictFake) -> dict[str, Any]:
-    """The scheduler's metrics reporter (:func:`harness.runtime.scheduler_metrics`: the build's default, off)
-    and, only where metrics are on, its collector; a collector call nobody gated is a probe error."""
-    parts = scheduler_metrics(kit)
-    return parts | {"metrics_collector": collector if parts["metrics_reporter"].enable_metrics else None}
-
-
-@dataclass
-class DecodeRooms:
-    """One decode rank holding many rooms at once: one KV manager and transfer queue, a receiver per room.
-
-    :meth:`admit` adds requests the way ``build_decode_rank`` builds its one: a real
-    ``Req``, a real bootstrapped receiver, a metadata slot of the real allocator, the
-    destination published to every prefill rank through the real ``send_metadata``.
-    """
-
-    kit: Kit
-    wire: Wire
-    kv_mgr: Any
-    queue: Any  # DecodeTransferQueue
-    metadata_rooms: Any
-    release_kv_cache: Recorder
-    prefill_ranks: int
-    receiver_class_attrs: dict[str, Any]
-
-    @property
-    def allocator(self) -> Any:
-        return self.queue.req_to_metadata_buffer_idx_allocator
-
-    def admit(self, rids: list[str]) -> list[Any]:
-        """New requests in the transfer queue, their metadata published; returns their ``DecodeRequest``s."""
-        import numpy as np
-        from sglang.srt.disaggregation.decode import DecodeRequest
-
-        added = []
-        for rid in rids:
-            req = new_req(rid)
-            room = int(req.bootstrap_room)
-            receiver = _receiver(self.kit, self.kv_mgr, room, self.prefill_ranks, self.receiver_class_attrs)
-            slot = self.allocator.alloc()
-            if slot is None:
-                raise RuntimeError(f"no free metadata slot for {rid}: the rooms outgrew the allocator")
-            self.metadata_rooms[slot, 0] = room
-            decode_req = DecodeRequest(req=req, kv_receiver=receiver, metadata_buffer_index=slot)
-            receiver.send_metadata(np.array([10, 11, 12, 13], dtype=np.int32), slot)
-            prime(receiver)  # what earlier receivers read from the constructor, read now, not on the hot path
-            self.queue.queue.append(decode_req)
-            added.append(decode_req)
-        return added
-
-    def slot_free(self, decode_req: Any) -> bool:
-        return int(decode_req.metadata_buffer_index) in self.allocator.free_slots
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Swap ``release_kv_cache`` wherever the build imported it."""
-        from sglang.srt.mem_cache import common
-
-        with swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache):
-            yield
-
-
-def build_decode_rooms(kit: Kit, *, slots: int, prefill_ranks: int, release_timeout_s: float) -> DecodeRooms:
-    """An empty Mooncake decode rank with deferred release forced on (queue and manager), room for ``slots`` requests.
-
-    ``release_timeout_s`` is forced too (reported with the build's own default).
-    """
-    from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
-
-    wire = Wire(kit)
-    kv_mgr = _decode_manager(kit, "mooncake", manager_defers=True)
-    allocator = ReqToMetadataIdxAllocator(slots)
-    parts = _transfer_queue(kit, [], allocator, slots, True, release_timeout_s)
-    return DecodeRooms(
-        kit=kit,
-        wire=wire,
-        kv_mgr=kv_mgr,
-        queue=parts.queue,
-        metadata_rooms=parts.metadata_rooms,
-        release_kv_cache=kit.recorder("release_kv_cache"),
-        prefill_ranks=prefill_ranks,
-        receiver_class_attrs=_receiver_class_attrs(kit, wire, prefill_ranks),
-    )
 
 
 # --- version adaptation: a prefill rank's drain ack, as decode's receive thread handles it -------------

@@ -2,7 +2,9 @@
 
 :class:`Door` is one side (prefill, decode or null) the build's own start-up built
 (:mod:`harness.server`): its ``run_scheduler_process``, scheduler class and
-``init_disaggregation``, with only the model, GPU, process groups and ZMQ faked.
+``init_disaggregation``, with only the model, GPU, process groups and ZMQ faked, and on
+an RDMA back end its transfer edges (:mod:`harness.transport`), so the back end's KV
+manager, senders and receivers are built by their own constructors.
 A request enters where the server hands it on -- the tokenizer's message through the
 scheduler's ``process_input_requests`` (:meth:`Door.submit`), or a request intake does not
 build through ``_add_request_to_queue`` (:meth:`Door.admit`) -- and the door is whatever
@@ -58,68 +60,22 @@ def on_every_backend(kit: Kit, scenarios: Callable[[str], dict[str, Any]]) -> di
     return fields
 
 
-# ---------------------------------------------------------------------------
-# Per back end: the transfer engine its KV manager holds (the RDMA edge), faked.
-# ---------------------------------------------------------------------------
-def _engine_attrs(kit: Kit, backend: str) -> dict[str, Any]:
-    if backend == "mooncake":
-        return {"engine": kit.fake("mooncake engine", get_session_id=lambda: "door-session-0")}
-    if backend == "nixl":
-        agent = kit.fake("nixl agent")
-        agent.name = "door-session-0"  # a fake's label is its first argument; the agent's name is set after
-        return {"agent": agent}
-    if backend == "mori":
-        return {"engine_desc": kit.fake("mori engine descriptor", key="door-session-0")}
-    raise ValueError(f"no transport adaptation for back end {backend!r}")
-
-
 @contextlib.contextmanager
-def offline_kv_manager(kit: Kit, backend: str) -> Iterator[list[Any]]:
-    """While open, the build's ``backend`` KV manager is built without its constructor's network edges.
+def _transport(kit: Kit, backend: str) -> Iterator[None]:
+    """The transfer edges of ``backend`` faked (:mod:`harness.transport`), held for the door's life.
 
-    Its constructor opens the RDMA transfer engine, binds ZMQ sockets, registers with the
-    bootstrap server and starts its transfer and bootstrap threads: none of that exists on a
-    CPU. So ``init_disaggregation``'s call builds the real class (the one the build's
-    ``get_kv_class`` answers for the back end ``ServerArgs`` selected) holding the arguments
-    the build passed (its ``KVArgs`` from the real pools, the mode, the server args) and a
-    fake engine; every other attribute is the build's own constructor value
-    (:mod:`harness.strict`). Senders and receivers are then built by their real constructors.
+    The build's ``init_disaggregation`` then runs the back end's real KV manager
+    constructor (engine registration, control socket, bootstrap registration, its
+    threads recorded, not started), and every sender and receiver a request gets is
+    built by its real constructor against the same fakes.
     """
-    from harness.decode_kv import transport_classes
-    from harness.strict import real_object
+    from harness.decode_kv import _import_transport
+    from harness.transport import Transport
 
-    manager_cls, _ = transport_classes(backend)
-    built: list[Any] = []
-    params = ("args", "disaggregation_mode", "server_args", "is_mla_backend")
-
-    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
-        given = dict(zip(params, args, strict=False)) | kwargs
-        obj = real_object(
-            kit,
-            cls,
-            f"{backend}_kv_manager",
-            kv_args=given["args"],
-            disaggregation_mode=given["disaggregation_mode"],
-            server_args=given["server_args"],
-            is_mla_backend=given.get("is_mla_backend", False),
-            **_engine_attrs(kit, backend),
-        )
-        built.append(obj)
-        return obj
-
-    had_new = "__new__" in manager_cls.__dict__
-    real_init = manager_cls.__dict__.get("__init__")
-    manager_cls.__new__ = new
-    manager_cls.__init__ = lambda self, *a, **k: None
-    try:
-        yield built
-    finally:
-        if not had_new:
-            del manager_cls.__new__
-        if real_init is not None:
-            manager_cls.__init__ = real_init
-        else:
-            del manager_cls.__init__
+    _import_transport(backend)
+    transport = Transport(kit, backend, prefill_ranks=1)
+    with transport.contexts(), transport.receiver_sockets():
+        yield
 
 
 class Door:
@@ -131,10 +87,16 @@ class Door:
         self.kit = kit
         self.mode = mode
         self.backend = backend
-        transport = () if backend == "fake" else (offline_kv_manager(kit, backend),)
-        # --page-size 1: what a launch of this dense model resolves; the checkpoint-less
-        # "dummy" path returns before the resolution step that would set it.
-        self.side = start(kit, mode, backend=backend, transport=transport, page_size=1)
+        self._held = contextlib.ExitStack()
+        if backend != "fake":
+            self._held.enter_context(_transport(kit, backend))
+        try:
+            # --page-size 1: what a launch of this dense model resolves; the checkpoint-less
+            # "dummy" path returns before the resolution step that would set it.
+            self.side = start(kit, mode, backend=backend, page_size=1)
+        except BaseException:
+            self._held.close()
+            raise
         self.scheduler = self.side.scheduler
         if mode == "decode":
             manager = self.scheduler.disagg_decode_prealloc_queue.kv_manager
@@ -143,6 +105,16 @@ class Door:
                 # bootstrap host looks its prefill peer up in the table every real back
                 # end's manager keeps. No peer has registered yet: it waits in pending_reqs.
                 manager.prefill_info_table = {}
+
+    def __enter__(self) -> Door:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Put the back end's transfer edges back (they stay faked while the door is open)."""
+        self._held.close()
 
     def submit(self, rid: str, prompt_len: int = 16) -> tuple[Any, dict[str, Any]]:
         """Send a tokenized request to the scheduler as the tokenizer does; return its ``Req`` and the side's effects.

@@ -183,7 +183,9 @@ class _StandIns:
         scheduler.model_config._resolved_model_arch = _TINY_MODEL["architectures"][0]
         # The worker admits --max-running-requests when the launch gives one (a request row each).
         running = scheduler.server_args.max_running_requests or MAX_RUNNING_REQUESTS
-        req_pool, allocator, kv_pool = memory_pools(running)
+        # --max-total-tokens likewise sizes the KV pool (a bench holding many rooms at once).
+        tokens = scheduler.server_args.max_total_tokens or MAX_TOTAL_TOKENS
+        req_pool, allocator, kv_pool = memory_pools(running, tokens)
         runner = self.kit.fake(
             "model_runner",
             canary_manager=None,
@@ -194,13 +196,13 @@ class _StandIns:
             token_to_kv_pool=kv_pool,
             token_to_kv_pool_allocator=allocator,
             req_to_token_pool=req_pool,
-            logical_max_total_num_tokens=MAX_TOTAL_TOKENS,
-            effective_logical_max_total_num_tokens=MAX_TOTAL_TOKENS,
-            effective_max_total_num_tokens=MAX_TOTAL_TOKENS,
-            max_token_pool_size=MAX_TOTAL_TOKENS,
+            logical_max_total_num_tokens=tokens,
+            effective_logical_max_total_num_tokens=tokens,
+            effective_max_total_num_tokens=tokens,
+            max_token_pool_size=tokens,
             weight_load_mem_usage=0.0,  # no weights loaded
             kv_cache_dtype_str="auto",
-            max_total_num_tokens=MAX_TOTAL_TOKENS,
+            max_total_num_tokens=tokens,
             max_running_requests=running,
         )
         scheduler.tp_worker = self.kit.fake(
@@ -218,12 +220,12 @@ class _StandIns:
         type(scheduler).maybe_init_draft_worker(scheduler)
         scheduler.model_worker = scheduler.tp_worker
         scheduler.kv_cache_allocation_time = 0.0
-        scheduler.max_total_num_tokens = MAX_TOTAL_TOKENS
+        scheduler.max_total_num_tokens = tokens
         scheduler.max_prefill_tokens = get_schedule().max_prefill_tokens
         scheduler.max_running_requests = running
         scheduler.max_queued_requests = get_schedule().max_queued_requests
         # As the worker's get_worker_info derives them from the context length and KV capacity.
-        scheduler.max_req_len = min(scheduler.model_config.context_len - 1, MAX_TOTAL_TOKENS - 1)
+        scheduler.max_req_len = min(scheduler.model_config.context_len - 1, tokens - 1)
         scheduler.max_req_input_len = scheduler.max_req_len - 5
         scheduler.random_seed = 0
         scheduler.device = "cpu"
@@ -260,14 +262,14 @@ def _dp_attention_world(scheduler: Any) -> None:
     dp_attention._ATTN_DP_RANK, dp_attention._ATTN_DP_SIZE = rank, size
 
 
-def memory_pools(rows: int = MAX_RUNNING_REQUESTS) -> tuple[Any, Any, Any]:
+def memory_pools(rows: int = MAX_RUNNING_REQUESTS, tokens: int = MAX_TOTAL_TOKENS) -> tuple[Any, Any, Any]:
     """This build's real KV pools, on the CPU and tiny: (req_to_token_pool, allocator, KV pool)."""
     import torch
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     kv_pool = MHATokenToKVPool(
-        size=MAX_TOTAL_TOKENS,
+        size=tokens,
         page_size=1,
         dtype=torch.float32,
         head_num=KV_HEADS,
@@ -276,9 +278,7 @@ def memory_pools(rows: int = MAX_RUNNING_REQUESTS) -> tuple[Any, Any, Any]:
         device="cpu",
         enable_memory_saver=False,
     )
-    allocator = TokenToKVPoolAllocator(
-        size=MAX_TOTAL_TOKENS, dtype=torch.float32, device="cpu", kvcache=kv_pool, need_sort=False
-    )
+    allocator = TokenToKVPoolAllocator(size=tokens, dtype=torch.float32, device="cpu", kvcache=kv_pool, need_sort=False)
     req_pool = ReqToTokenPool(size=rows, max_context_len=4096, device="cpu", enable_memory_saver=False)
     return req_pool, allocator, kv_pool
 
