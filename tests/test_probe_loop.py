@@ -36,15 +36,14 @@ def test_deadlines_fire_once_can_be_moved_and_cancelled() -> None:
     fired: list[str] = []
     now = time.monotonic()
     loop.at("a", now + 0.02, lambda: fired.append("a"))
+    # the moved deadline is the later one: "a" must fire first, whatever the machine's load
     loop.at("b", now + 0.01, lambda: fired.append("b"))
     loop.at("b", now + 0.5, lambda: fired.append("b moved"))  # the same key: moved, not added
     loop.at("c", now + 0.01, lambda: fired.append("c"))
     loop.cancel("c")
-    started = time.monotonic()
     while "a" not in fired:
         loop.step()
-    assert fired == ["a"]
-    assert time.monotonic() - started < 0.4  # it did not wait for the moved deadline
+    assert fired == ["a"]  # "b" fired neither at its first deadline nor before "a"; "c" never
     while "b moved" not in fired:
         loop.step()
     assert fired == ["a", "b moved"]
