@@ -99,6 +99,17 @@ def test_unknown_fix_is_named(tmp_path: Path) -> None:
         m.select(["99999"])
 
 
+def test_an_exact_id_wins_over_the_pr_number_and_a_pr_number_names_every_part(tmp_path: Path) -> None:
+    """``--fix 38935`` is that fix alone though a counterpart shares its PR; a PR without such an id names all."""
+    counterpart = FIX.replace('id = "38935"', 'id = "38935-mori"')
+    part_a = FIX.replace('id = "38935"', 'id = "38935a"')
+    m = load_matrix(write(tmp_path, RELEASES + FIX + counterpart))
+    assert [f.id for f in m.select(["38935"])] == ["38935"]
+    assert [f.id for f in m.select(["#38935-mori"])] == ["38935-mori"]
+    parts = load_matrix(write(tmp_path, RELEASES + part_a + counterpart))
+    assert [f.id for f in parts.select(["38935"])] == ["38935a", "38935-mori"]
+
+
 def test_duplicate_fix_ids(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"duplicate fix id\(s\) \['38935'\]"):
         load_matrix(write(tmp_path, RELEASES + FIX + FIX))

@@ -156,13 +156,17 @@ class Matrix:
     families: dict[str, Family] = field(default_factory=dict)
 
     def select(self, wanted: list[str] | None) -> list[Fix]:
-        """Fixes named by id (``43719a``) or PR number (``43719`` = every part)."""
+        """Fixes named by id (``43719a``) or PR number (``43719`` = every part).
+
+        An exact id wins over the PR number: ``41404`` is that fix, not also ``41404-mori``
+        (a counterpart on another back end that shares the PR); ``41404-mori`` names the other.
+        """
         if not wanted:
             return list(self.fixes)
         chosen: list[Fix] = []
         for token in wanted:
             token = token.lstrip("#")
-            hits = [f for f in self.fixes if f.id == token or str(f.pr) == token]
+            hits = [f for f in self.fixes if f.id == token] or [f for f in self.fixes if str(f.pr) == token]
             if not hits:
                 known = ", ".join(f.id for f in self.fixes)
                 raise ConfigError(f"{self.path}: unknown fix {token!r} (known: {known})")
