@@ -19,18 +19,14 @@ FILE = "release-map.toml"
 
 @dataclass(frozen=True)
 class Carried:
-    """One fix: the first release that carries it (None: no pinned release), and its back ends' first releases.
-
-    ``older``: the fix predates every pinned release (``first = "older"``), so every one carries it.
-    """
+    """One fix: the first release that carries it (None: no pinned release), and its back ends' first releases."""
 
     fix: str
     first: str | None
     backends: dict[str, str] = field(default_factory=dict)
-    older: bool = False
 
     def carried_on(self, release: str) -> bool:
-        return self.older or (self.first is not None and Version(release) >= Version(self.first))
+        return self.first is not None and Version(release) >= Version(self.first)
 
     def backends_on(self, release: str) -> list[str]:
         """The back ends whose machinery this release has."""
@@ -46,6 +42,5 @@ def load_release_map(path: Path | None = None) -> dict[str, Carried]:
         unknown = set(entry) - {"first", "backends"}
         assert not unknown, f"{path}: fixes.{fix}: unknown key(s) {sorted(unknown)}"
         first = entry["first"]
-        backends = dict(entry.get("backends", {}))
-        out[fix] = Carried(fix, None if first in ("none", "older") else first, backends, older=first == "older")
+        out[fix] = Carried(fix, None if first == "none" else first, dict(entry.get("backends", {})))
     return out

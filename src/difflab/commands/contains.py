@@ -17,14 +17,7 @@ from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
 HELP = "run every fix's probes on every pinned (--all: every locked) release; which release carries which fix"
-COLOURS = {
-    "present": "green",
-    "absent": "red",
-    "partial": "yellow",
-    "error": "bold magenta",
-    "not-applicable": "dim",
-    "not-judged": "dim",
-}
+COLOURS = {"present": "green", "absent": "red", "partial": "yellow", "error": "bold magenta", "not-applicable": "dim"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
