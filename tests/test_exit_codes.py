@@ -19,20 +19,13 @@ from difflab.cli import main
 from difflab.paths import probes_dir
 from matrix_samples import FIX, RELEASES
 
-STILL_BROKEN = """
-[[fixes]]
-id = "38935-unfixed"
-pr = 1
-title = "head pinned to the base release"
-base = { release = "0.5.20" }
-head = { release = "0.5.20" }
-[[fixes.probes]]
-name = "pr38935_prefill_door"
-[fixes.probes.expect]
-"rejected.enqueued" = [true, false]
-[fixes.probes.controls]
-"valid.enqueued" = true
-"""
+# The sample fix with its head pinned to its base release: a real not-fixed beside the confirmed one.
+STILL_BROKEN = (
+    FIX.replace('id = "38935"', 'id = "38935-unfixed"')
+    .replace("pr = 38935", "pr = 1")
+    .replace('title = "t"', 'title = "head pinned to the base release"')
+    .replace('head = { release = "0.5.21" }', 'head = { release = "0.5.20" }')
+)
 
 
 @pytest.fixture(scope="module")
