@@ -129,7 +129,7 @@ class Use:
 
 def _release_by_timeout(first: Use) -> str:
     """Nobody acked A: the timeout passes and the event loop releases it once."""
-    time.sleep(RELEASE_TIMEOUT_S * 1.5)
+    first.side.wait(RELEASE_TIMEOUT_S * 1.5, "nobody acks request A: its release timeout passes")
     first.side.step()
     first.side.step()  # a second pass must not release again
     if first.releases() != 1:

@@ -37,7 +37,6 @@ there, named (Mori up to 0.5.21).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure, StrictFake
@@ -146,7 +145,7 @@ def timeout(side: DecodeSide, collector: Collector) -> dict[str, Any]:
         since = _mark(collector)
         rank = side.admit("pr41128-002")
         _abort_and_hold(rank)
-        time.sleep(SHORT_TIMEOUT_S * 1.5)
+        side.wait(SHORT_TIMEOUT_S * 1.5, "nobody acks: the release timeout passes")
         side.step()
         return _counted(rank, collector, since)
 

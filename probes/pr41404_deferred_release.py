@@ -57,7 +57,6 @@ order, not the deferral machinery.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure
@@ -179,7 +178,7 @@ def timeout(side: DecodeSide) -> dict[str, Any]:
         first = _pop(rank)
         side.step()
         held_before_deadline = rank.held()
-        time.sleep(SHORT_TIMEOUT_S * 1.5)
+        side.wait(SHORT_TIMEOUT_S * 1.5, "nobody acks: the release timeout passes")
         side.step()
         return {
             "held_before_deadline": held_before_deadline,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import Kit, ProbeFailure, Recorder
+from harness.clock import LabClock
 from harness.requests import new_req
 from harness.runtime import swapped_at_import_sites
 from harness.transport import Transport
@@ -87,6 +88,8 @@ class DecodeSide:
     rows: _RowsBack | None = None
     """What ``release_kv_cache`` gives back to the pools (its recorder's effect)."""
     warnings: WarningLog = field(default_factory=WarningLog)
+    clock: LabClock | None = None
+    """The process's clocks while the side's edges are held: a release timeout passes by :meth:`wait`."""
 
     @property
     def scheduler(self) -> Any:
@@ -164,7 +167,15 @@ class DecodeSide:
             stack.enter_context(self.transport.contexts())
             stack.enter_context(self.transport.receiver_sockets())
             stack.enter_context(swapped_at_import_sites(common, "release_kv_cache", self.release_kv_cache))
+            if self.clock is not None:
+                stack.enter_context(self.clock.running())
             yield
+
+    def wait(self, seconds: float, why: str) -> None:
+        """``seconds`` pass for the build's clocks (no sleep: the event loop's next pass sees them gone)."""
+        if self.clock is None:
+            raise ProbeFailure("this decode side was built without the lab clock: nothing can wait")
+        self.clock.advance(seconds, why)
 
     def forget(self, reqs: Iterable[Any]) -> None:
         """Released requests the side stops tracking: a bench reusing it sends fresh ``Req`` objects."""
@@ -297,7 +308,7 @@ def decode_side(
     release = kit.recorder("release_kv_cache", side_effect=rows)
     if switch_forced:
         _report_switch_forced(kit)
-    side = DecodeSide(kit, backend, transport, None, release, switch_forced, rows)
+    side = DecodeSide(kit, backend, transport, None, release, switch_forced, rows, clock=LabClock(kit))
     with side.edges():
         side.side = start(kit, "decode", backend=backend, **fields)
         rows.scheduler = side.scheduler

@@ -15,8 +15,11 @@ The rest are small tools every probe needs: a module global swapped for one scen
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
+import types
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import Kit, Recorder, StrictFake
@@ -98,24 +101,68 @@ def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[
                     setattr(module, key, original)
 
 
-_SITES: dict[int, tuple[set[str], list[tuple[Any, str]]]] = {}
-"""id(original) -> (modules already scanned, their (module, global) pairs bound to it)."""
+@dataclass
+class _GlobalsIndex:
+    """Every function-valued global of every loaded SGLang module, by the identity of the function.
+
+    One pass over a module's namespace serves every stand-in a probe swaps in (the release call,
+    the socket factory, the clocks): each lookup scans only the modules loaded since the last one.
+    Entries are (module name, global) string pairs in tuples, which the collector stops tracking,
+    so the index adds nothing to the garbage collections of the scenarios that follow. An entry
+    is a hint, checked at lookup (the global must still *be* the object), so a name the build
+    rebound since is never taken for an import site.
+    """
+
+    scanned: set[str] = field(default_factory=set)
+    by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    modules_seen: int = 0
+
+    def _scan_new_modules(self) -> None:
+        # A module is scanned once by name (as a swap restores what it replaced); none loaded since: done.
+        if len(sys.modules) == self.modules_seen:
+            return
+        self.modules_seen = len(sys.modules)
+        for module_name, module in list(sys.modules.items()):
+            if module_name in self.scanned or not module_name.startswith("sglang"):
+                continue
+            self.scanned.add(module_name)
+            try:
+                names = list(vars(module).items()) if module is not None else []
+            except TypeError:  # a module object without a plain namespace
+                continue
+            for key, value in names:
+                if isinstance(value, _FUNCTIONS):
+                    self.by_id[id(value)] = (*self.by_id.get(id(value), ()), (module_name, key))
+
+    def sites(self, original: Any, owner: Any) -> list[tuple[Any, str]]:
+        """(module, global) pairs of loaded ``sglang`` modules other than ``owner`` bound to ``original``."""
+        self._scan_new_modules()
+        if isinstance(original, _FUNCTIONS):
+            candidates = self.by_id.get(id(original), ())
+        else:  # not indexed (a class, an object): every global of every module, once
+            candidates = tuple(
+                (module_name, key)
+                for module_name in self.scanned
+                for key, value in vars(sys.modules.get(module_name) or types).items()
+                if value is original
+            )
+        found = []
+        for module_name, key in candidates:
+            module = sys.modules.get(module_name)
+            if module is not None and module is not owner and vars(module).get(key) is original:
+                found.append((module, key))
+        return found
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
+
+
+_INDEX = _GlobalsIndex()
 
 
 def _import_sites(original: Any, owner: Any) -> list[tuple[Any, str]]:
     """(module, global) pairs of loaded ``sglang`` modules bound to ``original``; modules loaded since are scanned."""
-    scanned, sites = _SITES.setdefault(id(original), (set(), []))
-    for module_name, module in list(sys.modules.items()):
-        if module_name in scanned or not module_name.startswith("sglang"):
-            continue
-        scanned.add(module_name)
-        if module is None or module is owner:
-            continue
-        try:
-            sites += [(module, k) for k, v in vars(module).items() if v is original]
-        except TypeError:  # a module object without a plain namespace
-            continue
-    return sites
+    return _INDEX.sites(original, owner)
 
 
 def scheduler_metrics(kit: Kit) -> dict[str, Any]:
