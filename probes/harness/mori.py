@@ -124,7 +124,7 @@ class Engine:
 
     def plan(self, *, failing: int = 0, lingering: int = 0) -> None:
         """The next room's writes: how many fail, how many are still writing after the worker's wait."""
-        self.failing, self.lingering, self.posted = failing, lingering, []
+        self.failing, self.lingering, self.posted, self._stalled = failing, lingering, [], 0
 
     def _once(self, name: str) -> None:
         hook = getattr(self, name)
@@ -330,7 +330,8 @@ def mori_gap() -> str | None:
     """
     from harness.decode_kv import deferral_gap
 
-    return deferral_gap(BACKEND)
+    gap = deferral_gap(BACKEND)
+    return None if gap is None else f"no Mori prefill rank that holds a drain ack: {gap}"
 
 
 def decode_registration(kit: Kit, mgr: Any) -> Any:
