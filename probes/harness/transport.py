@@ -428,11 +428,15 @@ class Transport:
                 )
             yield
 
-    def deliver(self, *messages: list[bytes]) -> None:
-        """Hand ``messages`` to the manager's receive loop (its recorded thread), run in this thread."""
-        loops = [t for t in self.threads.recorded if t.started and "decode" in t.label.lower()]
+    def deliver(self, *messages: list[bytes], loop: str = "decode") -> None:
+        """Hand ``messages`` to the manager's receive loop (its recorded thread), run in this thread.
+
+        ``loop`` names the thread by a fragment of its target's name: decode's receive loop by
+        default, a prefill manager's bootstrap thread (``bootstrap_worker``) for a prefill side.
+        """
+        loops = [t for t in self.threads.recorded if t.started and loop in t.label.lower()]
         if not loops:
-            raise RuntimeError(f"no decode receive loop was started: {[t.label for t in self.threads.recorded]}")
+            raise RuntimeError(f"no {loop} receive loop was started: {[t.label for t in self.threads.recorded]}")
         self.control.pending.extend(messages)
         with contextlib.suppress(EndOfMessages):
             loops[0].run()
