@@ -48,7 +48,7 @@ the poison withholds the ack anyway.
 
 Honesty: the worker catches every exception and, from 0.5.22, poisons the room while
 doing so -- the behaviour under test. The agent and the write fakes are strict and
-guarded, and every exception the worker caught (its own ``exceptions`` table) must be
+guarded, and every exception the worker caught (and logged) must be
 the staged unreadable state or SGLang's own raise about the staged states, or the
 probe errs. The rank's bookkeeping -- ack targets, poisoned rooms, outstanding counts --
 is the build's own, made by its constructor; the probe reads none of it.

@@ -21,19 +21,23 @@ network edges:
   (:class:`harness.wire.Wire`) that carries the status messages and every ``ABORT_ACK``;
 - decode's registration (``decode_kv_args_table``), as decode's registration message delivers it.
 
-Every exception the worker caught (the manager's own ``exceptions`` table) must be one the
-scenario staged or one SGLang raised itself about the staged states; anything else is a
-probe error, never behaviour (the worker poisons a room on any exception from 0.5.22).
+Every exception the worker caught and logged (a transport error at WARNING; anything else is
+logged at ERROR, which the kit refuses) must be one the scenario staged or one SGLang raised
+itself about the staged states; anything else is a probe error, never behaviour (the worker
+poisons a room on any exception whose handles did not settle, from 0.5.22).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import EndOfScenario, Kit, ProbeFailure, Recorder
+from harness.decode_kv import WarningLog
 from harness.runtime import ensure_runtime
 from harness.strict import strict_instance
 from harness.transport import EndOfMessages, Transport
@@ -45,6 +49,9 @@ DECODE_AGENT = "decode-agent-0"
 
 UNREADABLE = "unreadable"
 """A handle whose state NIXL cannot report (``check_xfer_state`` raises)."""
+
+_CAUGHT = re.compile(r"NIXL transport error for room (\d+): (.*)", re.S)
+"""The worker's log line for an exception it caught (every release)."""
 
 SGLANG_RAISES = ("NIXL transfer for room", "NIXL transfer encountered ERR")
 """How the worker's own raises about the handles' states begin (a timed-out settle, an ERR)."""
@@ -111,19 +118,32 @@ class NixlPrefillRank:
                 return pending.pop(0)
             raise _EndOfQueue()
 
-        self.mgr.exceptions.clear()
-        with contextlib.suppress(_EndOfQueue):
-            self.mgr.transfer_worker(self.kit.fake("transfer queue", get=get))
-        self._check_worker_exceptions()
+        caught = WarningLog()
+        logger = logging.getLogger(type(self.mgr).transfer_worker.__module__)
+        logger.addHandler(caught)
+        try:
+            with contextlib.suppress(_EndOfQueue):
+                self.mgr.transfer_worker(self.kit.fake("transfer queue", get=get))
+        finally:
+            logger.removeHandler(caught)
+        self._check_caught(caught.messages)
 
-    def _check_worker_exceptions(self) -> None:
-        """Every exception the worker caught was staged, or is SGLang's own raise about a staged state."""
-        for room, exc in self.mgr.exceptions.items():
-            staged = getattr(exc, "intended_failure", None)
-            own = isinstance(exc, RuntimeError) and str(exc).startswith(SGLANG_RAISES)
-            if not (staged or own):
-                raise ProbeFailure(f"the transfer worker caught an unstaged error for room {room}: {exc!r}")
-            self.kit.event("worker-caught", room=room, exception=f"{type(exc).__name__}: {exc}", staged=bool(staged))
+    def _check_caught(self, messages: list[str]) -> None:
+        """Every error the worker caught and logged as a transport error was staged, or is SGLang's own raise.
+
+        The worker logs each exception it catches -- a transport error at WARNING, anything else
+        at ERROR (which the kit refuses) -- before it fails or poisons the room; 0.5.19 - 0.5.22 also
+        keep them in ``exceptions``, 0.5.23 no longer does, so the log is what every release shares.
+        """
+        for message in messages:
+            caught = _CAUGHT.fullmatch(message)
+            if caught is None:
+                continue
+            room, text = caught.groups()
+            staged = text in self.kit.intended_messages
+            if not (staged or text.startswith(SGLANG_RAISES)):
+                raise ProbeFailure(f"the transfer worker caught an unstaged error for room {room}: {text}")
+            self.kit.event("worker-caught", room=int(room), error=text, staged=staged)
 
     def chunk(self, *, last: bool, room: int | None = None) -> Any:
         """A real TransferKVChunk of this room (or ``room``): two pages of KV; the last one carries the aux index."""
