@@ -17,8 +17,10 @@ Observations (acks are ABORT_ACKs sent to decode):
   which skips it because the room is Failed, dropping the room's outstanding count;
 - ``late_abort.acks``: one more ABORT for the room after that;
 - ``cleared.acks``: the scheduler cleared the sender instead, then the queued chunk
-  is skipped as belonging to an unknown room and one more ABORT comes (every ack
-  sent after the clear);
+  is skipped as belonging to an unknown room, then one more ABORT comes: is it acked?
+  (What the skip itself sends is not a field: 0.5.22 acks there where no poison
+  stops it, 0.5.21 never does, so it reads the same on base and head and differs
+  only on a head without the poison.)
 - ``reused.acks``: after a settle timeout the room's next request (a new lifecycle)
   is aborted during a write that succeeds: is its drain acked?
 
@@ -142,11 +144,9 @@ def unsettled(kit: Kit) -> dict[str, Any]:
 def cleared(kit: Kit) -> dict[str, Any]:
     """Unsettled first chunk; the scheduler clears the sender; the queued chunk is skipped; one more ABORT."""
     rank = _unsettled_room(kit, 43103)
-    start = rank.sent_so_far()
     rank.clear_sender()
     rank.run_worker(rank.chunk(last=True))
-    rank.deliver(abort_message(rank.room))
-    return {"cleared.acks": rank.acks(since=start)}
+    return {"cleared.acks": _late_acks(rank)}
 
 
 def settle_timeout(kit: Kit) -> dict[str, Any]:
