@@ -82,10 +82,10 @@ _generations = itertools.count(1)
 
 
 # --- version adaptations (one place, detected by feature) -----------------------
-# The fix is in Mooncake's transfer worker: its fields are Mooncake's (``mooncake:failed.acks``). NIXL's
-# worker gained a poison of its own in the same release (a worker exception whose handles never
-# settled); no scenario here drives NIXL's worker, so that path is not judged. Mori's deferral
-# (0.5.22+) came with its own drainer; its counterpart of this fix (0.5.23) is fix 43719a-mori.
+# This probe drives Mooncake's transfer worker: its fields are Mooncake's (``mooncake:failed.acks``).
+# NIXL's worker gained a poison of its own in the same release (a batch whose handles never settled),
+# judged by pr43719_nixl_unsettled_ack. Mori's deferral (0.5.22+) came with its own drainer; its counterpart
+# of this fix (0.5.23) is fix 43719a-mori.
 BACKEND = "mooncake"
 
 # The fix changes when prefill acks a drained abort; <= 0.5.18 acks every ABORT at once (no drain ack at all).

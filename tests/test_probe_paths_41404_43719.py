@@ -4,7 +4,7 @@ The matrix says what base and head show; this says what each release shows,
 scenario by scenario, so a path that silently stops discriminating (or starts
 discriminating on the wrong release) is caught here and not only as a
 verdict. It also checks what the probes must not do: force anything but the
-deferred-release switches, or read a fix's own bookkeeping by name.
+deferred-release switches (and NIXL's settle deadline), or read a fix's own bookkeeping by name.
 """
 
 from __future__ import annotations
@@ -24,15 +24,21 @@ pytestmark = [pytest.mark.sglang, pytest.mark.xdist_group("release")]
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-PROBE = {"41404": "pr41404_deferred_release", "43719a": "pr43719_failed_send_ack"}
+# probe -> the fix it judges
+PROBE = {
+    "pr41404_deferred_release": "41404",
+    "pr43719_failed_send_ack": "43719a",
+    "pr43719_nixl_unsettled_ack": "43719a",
+}
+FIXES = sorted(set(PROBE.values()))
 # from the release map: the first release carrying each fix, and per transport back end its scenarios run on
 # the first release whose back end has the machinery
-FIRST_FIXED = {fix: load_release_map()[fix].first for fix in PROBE}
-BACKENDS = {fix: load_release_map()[fix].backends for fix in PROBE}
+FIRST_FIXED = {fix: load_release_map()[fix].first for fix in FIXES}
+BACKENDS = {fix: load_release_map()[fix].backends for fix in FIXES}
 
-# field: (value before the fix, value with it)
+# probe -> field: (value before the fix, value with it)
 CHANGES = {
-    "41404": {
+    "pr41404_deferred_release": {
         # a partial publish: rank 1 refused the metadata, rank 0 holds the destination
         "partial.released_immediately": (True, False),
         "partial.abort_messages": (0, 2),
@@ -44,7 +50,7 @@ CHANGES = {
         "failed.abort_messages": (0, 2),
         "timeout.outcome": ("immediate", "timeout"),
     },
-    "43719a": {
+    "pr43719_failed_send_ack": {
         "failed.acks": (1, 0),
         "second_abort.acks": (1, 0),
         "after_clear.acks": (1, 0),
@@ -58,10 +64,16 @@ CHANGES = {
         "state_aborted.aux_sends": (1, 0),
         "state_aborted.status_reports": (1, 0),
     },
+    "pr43719_nixl_unsettled_ack": {
+        "next_chunk.acks": (1, 0),
+        "late_abort.acks": (1, 0),
+        "cleared.acks": (1, 0),
+        "reused.acks": (0, 1),
+    },
 }
 # fields every release shows alike
 SAME = {
-    "41404": {
+    "pr41404_deferred_release": {
         "partial.release_count": 1,
         "partial.still_held": False,
         "racing_ack.held": True,
@@ -71,7 +83,7 @@ SAME = {
         "decode_initiated.held": True,
         "unnotifiable.outcome": "immediate",
     },
-    "43719a": {
+    "pr43719_failed_send_ack": {
         "reused.acks": 1,
         "succeeded.acks": 1,
         "succeeded.late_acks": 1,
@@ -86,6 +98,14 @@ SAME = {
         "state_late.session_alive": False,
         "state_late.decode_told_failed": True,
         "state_aborted.acks": 1,
+    },
+    "pr43719_nixl_unsettled_ack": {
+        "succeeded.acks": 1,
+        "unsettled.acks": 0,
+        "settle_timeout.acks": 0,
+        "second_abort.acks": 0,
+        "after_clear.acks": 0,
+        "next_chunk.writes": 0,
     },
 }
 # a fix's own bookkeeping: the build's constructor makes it; no probe may name it
@@ -105,40 +125,43 @@ FIX_STATE = (
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory, matrix_path: Path):
     out = tmp_path_factory.mktemp("paths") / "contains"
-    req = ContainsRequest(matrix=matrix_path, fixes=list(PROBE), releases=list(RELEASES), out=out, bundle=False)
+    req = ContainsRequest(matrix=matrix_path, fixes=FIXES, releases=list(RELEASES), out=out, bundle=False)
     outcome = execute(req, Reporter())
     cells = outcome.table.cells
     assert tuple(r.version for r in outcome.table.releases) == RELEASES
     obs = {
-        (fix, release): json.loads((out / "observations" / fix / release / f"{probe}.json").read_text())
-        for fix, probe in PROBE.items()
+        (probe, release): json.loads((out / "observations" / fix / release / f"{probe}.json").read_text())
+        for probe, fix in PROBE.items()
         for release in RELEASES
     }
     return obs, {(c.fix, c.release): c.verdict for c in cells}
 
 
-@pytest.mark.parametrize("fix", list(PROBE))
-def test_each_path_changes_on_the_release_that_carries_the_fix(observed, fix: str) -> None:
+@pytest.mark.parametrize("probe", list(PROBE))
+def test_each_path_changes_on_the_release_that_carries_the_fix(observed, matrix, probe: str) -> None:
     obs, verdicts = observed
+    fix = PROBE[probe]
+    runs_on = next(p.backends for f in matrix.fixes if f.id == fix for p in f.probes if p.name == probe)
+    backends = {b: first for b, first in BACKENDS[fix].items() if b in runs_on}
     for release in RELEASES:
-        o = obs[(fix, release)]
-        assert o["status"] == "ok" and not o["problems"], (fix, release, o["error"], o["problems"])
+        o = obs[(probe, release)]
+        assert o["status"] == "ok" and not o["problems"], (probe, release, o["error"], o["problems"])
         fixed = release >= FIRST_FIXED[fix]
         assert verdicts[(fix, release)] == ("present" if fixed else "absent"), (fix, release)
-        want = {f: pair[fixed] for f, pair in CHANGES[fix].items()} | SAME[fix]
-        on = [b for b, first in BACKENDS[fix].items() if release >= first]
-        if BACKENDS[fix]:
+        want = {f: pair[fixed] for f, pair in CHANGES[probe].items()} | SAME[probe]
+        on = [b for b, first in backends.items() if release >= first]
+        if backends:
             want = {f"{b}:{f}": v for b in on for f, v in want.items()}
-            for b in set(BACKENDS[fix]) - set(on):
-                assert f"{b}:not-applicable" in o["fields"], (fix, release, b)
+            for b in set(backends) - set(on):
+                assert f"{b}:not-applicable" in o["fields"], (probe, release, b)
         got = {f: o["fields"].get(f) for f in want}
-        assert got == want, (fix, release, {f: (got[f], want[f]) for f in want if got[f] != want[f]})
+        assert got == want, (probe, release, {f: (got[f], want[f]) for f in want if got[f] != want[f]})
 
 
 def test_the_partial_publish_is_an_injected_fault_not_a_broken_fake(observed) -> None:
     obs, _ = observed
     for release in RELEASES:
-        events = obs[("41404", release)]["events"]
+        events = obs[("pr41404_deferred_release", release)]["events"]
         refused = {e["where"] for e in events if e["event"] == "intended_failure"}
         assert refused == {"send_multipart(tcp://192.0.2.10:17101)"}, (release, events)
 
@@ -148,7 +171,7 @@ def test_only_the_deferred_release_switches_and_timeout_are_forced_and_fix_state
 ) -> None:
     obs, _ = observed
     for release in RELEASES:
-        decode, prefill = obs[("41404", release)], obs[("43719a", release)]
+        decode, prefill = obs[("pr41404_deferred_release", release)], obs[("pr43719_failed_send_ack", release)]
         # decode: the switch an operator sets, the timeout of one scenario, the capability of one control
         assert {f["attribute"] for f in decode["forced"]} == {
             "environ.enable_deferred_decode_kv_release",
@@ -164,6 +187,11 @@ def test_only_the_deferred_release_switches_and_timeout_are_forced_and_fix_state
         # prefill: the same switch; its Mooncake manager ran its own constructor in the wired prefill server
         assert {f["attribute"] for f in prefill["forced"]} == {"environ.enable_deferred_decode_kv_release"}
         assert not [d for d in prefill["defaults"] if d["attribute"].startswith("prefill_kv_mgr.")]
+        # NIXL's prefill rank: the same switch, and NIXL's settle deadline where the build has one (5 s, 0.5.20+)
+        nixl = {f["attribute"]: f for f in obs[("pr43719_nixl_unsettled_ack", release)]["forced"]}
+        settle = "nixl.NIXL_ERR_SETTLE_TIMEOUT_S"
+        assert set(nixl) == {"environ.enable_deferred_decode_kv_release"} | ({settle} if release >= "0.5.20" else set())
+        assert release < "0.5.20" or nixl[settle]["build_default"] == 5.0, (release, nixl)
 
 
 def _names(path: Path) -> set[str]:
