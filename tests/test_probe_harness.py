@@ -398,3 +398,67 @@ def test_the_prefill_results_release_is_swapped_where_defined_and_everywhere_bou
     finally:
         for module in (common, prefill, helper):
             sys.modules.pop(module.__name__, None)
+
+
+def test_an_import_site_is_found_in_a_module_loaded_since_and_a_rebound_name_is_not(tmp_path: Path) -> None:
+    """The index of the build's globals scans each module once: one loaded after the first lookup (even
+    as another went, leaving the count of modules unchanged) is still found; a global the build rebound
+    after it was indexed is not taken for an import site."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.runtime import swapped_at_import_sites
+    finally:
+        sys.path.remove(str(PROBES))
+    owner = ModuleType("sglang.fake_index_owner")
+    exec("def release(req=None):\n    return 'real'\n", owner.__dict__)  # noqa: S102 - a module's own function
+    first, later = ModuleType("sglang.fake_index_first"), ModuleType("sglang.fake_index_later")
+    first.release = owner.release  # type: ignore[attr-defined]
+    later.free = owner.release  # type: ignore[attr-defined]
+    sys.modules[owner.__name__], sys.modules[first.__name__] = owner, first
+    try:
+        with swapped_at_import_sites(owner, "release", lambda req=None: "stand-in") as sites:
+            assert sites == ["sglang.fake_index_owner.release", "sglang.fake_index_first.release"]
+        first.release = lambda req=None: "the build's own wrapper"  # type: ignore[attr-defined]
+        del sys.modules[first.__name__]
+        sys.modules[later.__name__] = later  # same number of modules as before
+        with swapped_at_import_sites(owner, "release", lambda req=None: "stand-in") as sites:
+            assert later.free() == "stand-in" and first.release() == "the build's own wrapper"
+            assert sites == ["sglang.fake_index_owner.release", "sglang.fake_index_later.free"]
+        assert later.free() == "real"
+    finally:
+        for name in (owner.__name__, first.__name__, later.__name__):
+            sys.modules.pop(name, None)
+
+
+def test_the_lab_clock_moves_every_reader_and_gives_the_clocks_back() -> None:
+    """A release timeout passes on the lab's clock: ``time.monotonic`` and a name an SGLang module bound
+    to it (``from time import monotonic``) both move by what the probe advanced, the advance is recorded,
+    and the real clocks are back afterwards."""
+    import time
+
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.clock import LabClock
+    finally:
+        sys.path.remove(str(PROBES))
+    bound = ModuleType("sglang.fake_deadline_reader")
+    bound.monotonic = time.monotonic  # type: ignore[attr-defined]
+    sys.modules[bound.__name__] = bound
+    real = time.monotonic
+    kit = Kit()
+    clock = LabClock(kit)
+    try:
+        with clock.running():
+            before, counter, wall_ns = bound.monotonic(), time.perf_counter(), time.time_ns()
+            clock.advance(300.0, "nobody acks")
+            assert bound.monotonic() - before >= 300.0 and time.monotonic() - before >= 300.0
+            assert time.perf_counter() - counter >= 300.0 and time.time_ns() - wall_ns >= 300 * 10**9
+            with pytest.raises(ValueError, match="only moves forward"):
+                clock.advance(-1.0, "back in time")
+        assert time.monotonic is real and bound.monotonic is real
+        assert real() - before < 300.0
+        assert [e for e in kit.events if e["event"] == "clock_advanced"] == [
+            {"event": "clock_advanced", "seconds": 300.0, "why": "nobody acks"}
+        ]
+    finally:
+        sys.modules.pop(bound.__name__, None)

@@ -113,21 +113,19 @@ class _GlobalsIndex:
     rebound since is never taken for an import site.
     """
 
-    scanned: set[str] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)
+    """Every module name looked at (SGLang's scanned, the rest skipped), so each lookup scans only new ones."""
     by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
-    modules_seen: int = 0
 
     def _scan_new_modules(self) -> None:
-        # A module is scanned once by name (as a swap restores what it replaced); none loaded since: done.
-        if len(sys.modules) == self.modules_seen:
-            return
-        self.modules_seen = len(sys.modules)
-        for module_name, module in list(sys.modules.items()):
-            if module_name in self.scanned or not module_name.startswith("sglang"):
+        fresh = sys.modules.keys() - self.seen
+        self.seen |= fresh
+        for module_name in fresh:
+            module = sys.modules.get(module_name)
+            if module is None or not module_name.startswith("sglang"):
                 continue
-            self.scanned.add(module_name)
             try:
-                names = list(vars(module).items()) if module is not None else []
+                names = list(vars(module).items())
             except TypeError:  # a module object without a plain namespace
                 continue
             for key, value in names:
@@ -139,10 +137,11 @@ class _GlobalsIndex:
         self._scan_new_modules()
         if isinstance(original, _FUNCTIONS):
             candidates = self.by_id.get(id(original), ())
-        else:  # not indexed (a class, an object): every global of every module, once
+        else:  # not indexed (a class, an object): every SGLang global, looked at now
             candidates = tuple(
                 (module_name, key)
-                for module_name in self.scanned
+                for module_name in self.seen
+                if module_name.startswith("sglang")
                 for key, value in vars(sys.modules.get(module_name) or types).items()
                 if value is original
             )
