@@ -118,7 +118,7 @@ class Use:
         if not frames:
             raise ProbeFailure("no ABORT reached a prefill rank: no ack could follow")
         for prefill_rank, abort in frames:
-            deliver_abort_ack(self.side.kv_mgr, self.rank.room, prefill_rank, abort)
+            deliver_abort_ack(self.side, self.rank.room, prefill_rank, abort)
 
     def resolve(self) -> None:
         """The event loop's next pass; B's checks must come long before B's own deadline."""

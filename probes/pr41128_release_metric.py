@@ -134,7 +134,7 @@ def drained(side: DecodeSide, collector: Collector) -> dict[str, Any]:
     _abort_and_hold(rank)
     for prefill_rank in range(PREFILL_RANKS):
         for frames in rank.aborts(prefill_endpoint(prefill_rank)):
-            deliver_abort_ack(side.kv_mgr, rank.room, prefill_rank, frames)
+            deliver_abort_ack(side, rank.room, prefill_rank, frames)
     side.step()
     return _counted(rank, collector, since)
 

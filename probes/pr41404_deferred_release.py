@@ -78,7 +78,7 @@ MACHINERY = Machinery(
 
 def deliver_abort_ack(rank: DecodeRank, prefill_rank: int, abort_frames: list[bytes]) -> None:
     """A prefill rank's drain ack for the ABORT it received (the release's wire form: :mod:`harness.decode_kv`)."""
-    harness_deliver_abort_ack(rank.side.kv_mgr, rank.room, prefill_rank, abort_frames)
+    harness_deliver_abort_ack(rank.side, rank.room, prefill_rank, abort_frames)
 
 
 # --- scenario steps ------------------------------------------------------------------

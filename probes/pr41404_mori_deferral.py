@@ -98,7 +98,7 @@ def _acked(rank: DecodeRank) -> None:
     """Each prefill rank acks the ABORT it received; the event loop's next pass."""
     for prefill_rank in range(PREFILL_RANKS):
         for frames in rank.aborts(prefill_endpoint(prefill_rank)):
-            deliver_abort_ack(rank.side.kv_mgr, rank.room, prefill_rank, frames)
+            deliver_abort_ack(rank.side, rank.room, prefill_rank, frames)
     rank.side.step()
 
 

@@ -390,19 +390,25 @@ def deferral_gap(backend: str) -> str | None:
 
 
 # --- version adaptation: a prefill rank's drain ack, as decode's receive thread handles it -------------
-def deliver_abort_ack(kv_mgr: Any, room: int, prefill_rank: int, abort_frames: list[bytes]) -> None:
-    """A prefill rank's drain ack for the ABORT it received.
+def deliver_abort_ack(side: DecodeSide, room: int, prefill_rank: int, abort_frames: list[bytes]) -> None:
+    """A prefill rank's drain ack for the ABORT it received, read by decode's own receive loop.
 
-    0.5.22: ABORT and ABORT_ACK carry a generation and decode consumes the ack's
-    wire form (``handle_abort_ack_message``). <= 0.5.21: decode's receive
-    thread calls ``note_abort_ack(room, prefill_rank)`` inline.
+    The frames go to the thread the build's decode KV manager started to read its socket
+    (:meth:`harness.transport.Transport.deliver`), so the build's parsing of the ack (its tag,
+    how many frames it wants, whether deferred release is on) decides what is noted.
+    """
+    side.transport.deliver(abort_ack_frames(room, prefill_rank, abort_frames))
+
+
+def abort_ack_frames(room: int, prefill_rank: int, abort_frames: list[bytes]) -> list[bytes]:
+    """The ack's wire form as the build's prefill rank sends it (``_send_abort_ack``).
+
+    0.5.22: the build's own ``AbortAck`` encoder, echoing the generation the ABORT carried.
+    <= 0.5.21: three frames, ``ABORT_ACK``, the room and the sending prefill rank.
     """
     from sglang.srt.disaggregation.common import conn
 
-    if hasattr(conn.CommonKVManager, "handle_abort_ack_message"):  # 0.5.22
-        from sglang.srt.disaggregation.common.conn import AbortAck, AbortNotification
-
-        generation = AbortNotification.from_zmq(abort_frames).generation
-        kv_mgr.handle_abort_ack_message(AbortAck(room, prefill_rank, generation).to_zmq())
-    else:
-        kv_mgr.note_abort_ack(room, prefill_rank)
+    if hasattr(conn, "AbortAck"):  # 0.5.22
+        generation = conn.AbortNotification.from_zmq(abort_frames).generation
+        return conn.AbortAck(room, prefill_rank, generation).to_zmq()
+    return [b"ABORT_ACK", str(room).encode("ascii"), str(prefill_rank).encode("ascii")]

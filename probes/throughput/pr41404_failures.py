@@ -131,7 +131,7 @@ class Failures:
         self.transferred = side.step()
         for endpoint, frames in list(side.transport.wire.sent):
             if frames and frames[0] == b"ABORT":
-                deliver_abort_ack(side.kv_mgr, abort_room(frames), ranks[endpoint], frames)
+                deliver_abort_ack(side, abort_room(frames), ranks[endpoint], frames)
         self.transferred += side.step()
         return len(self.batch)
 
