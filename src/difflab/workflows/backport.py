@@ -25,13 +25,14 @@ from difflab.report.backport import write_files
 from difflab.report.family import write_family
 from difflab.report.upstream_tests import section
 from difflab.report.upstream_tests import write_files as write_upstream_files
+from difflab.runner import Runner
 from difflab.source import releases, repository
 from difflab.source.base import MaterialisedSource
 from difflab.source.git import GitSource
 from difflab.source.mirror import default_repo
 from difflab.upstream_tests import agree_on_side, for_sources, release_reference, tests_dir, with_flag
 from difflab.workflows.observe import observe
-from difflab.workflows.session import Outcome, ProbeOptions, Session
+from difflab.workflows.session import Outcome, ProbeOptions, Session, started_early
 
 SIDE = "fork"
 
@@ -139,10 +140,20 @@ def execute(req: BackportRequest, reporter: Reporter | None = None) -> BackportO
     if not session.runner_class.hermetic:
         say(LOCAL_NOTE.format(backend=req.runner))
     folder = tests_dir(req.upstream_tests)
-    fork = _fork(req, folder is not None, say)
+    env = session.environment(ensure=False)
+    runner = session.runner(env)
+    with started_early(runner):  # a ready environment's hub imports while the fork is fetched
+        fork = _fork(req, folder is not None, say)
+        return _check_fork(session, req, fork, env, runner, folder)
+
+
+def _check_fork(
+    session: Session, req: BackportRequest, fork: _Fork, env: SharedEnvironment, runner: Runner, folder: Path | None
+) -> BackportOutcome:
+    say = session.say
+    if session.runner_class.local_environment:
+        env.ensure(progress=say)
     with session.folder() as work:
-        env = session.environment()
-        runner = session.runner(env)
         fixes = session.fixes
         sides = {(fix.id, SIDE): fork.tree for fix in fixes}
         observed = observe(fixes, sides, runner, work, session.reporter, req.timeout_s)

@@ -7,9 +7,7 @@ good result.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from difflab.source.sides import Say, materialise_sides, source_label
 from difflab.upstream_tests import FixReplay, agree_with_run, for_run, tests_dir, with_flag
 from difflab.workflows.observe import observe
 from difflab.workflows.selfcheck import hunk_coverage, run_selfcheck, selfcheck_passed
-from difflab.workflows.session import Outcome, ProbeOptions, Session, runner_for_options
+from difflab.workflows.session import Outcome, ProbeOptions, Session, runner_for_options, started_early
 from difflab.workflows.throughput import ThroughputOptions, gate_exit, measure
 
 
@@ -86,20 +84,6 @@ def default_out() -> Path:
 
 def make_runner(req: RunRequest, env: SharedEnvironment, reporter: Reporter | None = None) -> Runner:
     return runner_for_options(req, env, reporter.say if reporter else None, **req.runner_options)
-
-
-@contextlib.contextmanager
-def started_early(runner: Runner) -> Iterator[None]:
-    """A warm runner's hub imports while the sources are prepared, and is stopped when the run ends.
-
-    Only an uncached warm runner starts early: behind the result cache a run may need no probe at all.
-    """
-    if not isinstance(runner, WarmRunner):
-        yield
-        return
-    runner.start_early()
-    with runner:
-        yield
 
 
 def upstream_replay(

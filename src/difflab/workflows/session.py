@@ -164,3 +164,18 @@ def close_runner(runner: Runner) -> None:
     close = getattr(inner, "close", None)
     if callable(close):
         close()
+
+
+@contextlib.contextmanager
+def started_early(runner: Runner) -> Iterator[None]:
+    """A warm runner's hub imports while the sources are prepared, and is stopped when the run ends.
+
+    Only an uncached warm runner starts early: behind the result cache a run may need no probe at all.
+    """
+    start = getattr(type(runner), "start_early", None)  # a back end with a hub to start (the warm one)
+    if start is None:
+        yield
+        return
+    start(runner)
+    with runner:
+        yield
