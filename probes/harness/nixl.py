@@ -30,6 +30,7 @@ poisons a room on any exception whose handles did not settle, from 0.5.22).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -55,6 +56,8 @@ _CAUGHT = re.compile(r"NIXL transport error for room (\d+): (.*)", re.S)
 
 SGLANG_RAISES = ("NIXL transfer for room", "NIXL transfer encountered ERR")
 """How the worker's own raises about the handles' states begin (a timed-out settle, an ERR)."""
+
+_generations = itertools.count(1)
 
 
 class _EndOfQueue(EndOfScenario):
@@ -206,6 +209,22 @@ class NixlPrefillRank:
         if state == UNREADABLE:
             raise self.kit.intended_failure("NIXL cannot report the state of a posted write")(handle)
         return state
+
+
+# --- version adaptation: decode's ABORT on the wire -------------------------------
+def abort_from_decode(room: int) -> list[bytes]:
+    """Decode's ABORT for ``room`` as this release's decode puts it on the wire.
+
+    0.5.22: ``AbortNotification`` with the decode rank's abort generation, which its drain
+    ack must echo. <= 0.5.21: four frames (room, decode ip, decode port).
+    """
+    from sglang.srt.disaggregation.common import conn
+
+    if hasattr(conn, "AbortNotification"):  # 0.5.22
+        return conn.AbortNotification(
+            room=room, decode_ip=DECODE_IP, decode_port=DECODE_PORT, generation=next(_generations)
+        ).to_zmq()
+    return [b"ABORT", str(room).encode("ascii"), DECODE_IP.encode("ascii"), str(DECODE_PORT).encode("ascii")]
 
 
 def decode_registration() -> Any:
