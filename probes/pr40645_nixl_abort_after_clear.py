@@ -26,7 +26,7 @@ Every scenario posted its KV write (``*.writes``).
 Not a control: the ABORT *then* ``clear()`` while the write is posted. NIXL's sender kept
 the target through ``clear()`` only from 0.5.21 (fix 40645's ``clear-keeps-target``, shared
 ``CommonKVSender.clear``), so that scenario differs between 0.5.20 and 0.5.21 and belongs to
-fix 40645, not to this one.
+fix 40645 (``pr40645_nixl_clear_in_flight``), not to this one.
 
 Honesty: the rank's bookkeeping (ack targets, outstanding counts, statuses) is the build's
 own, made by its constructor; the probe reads only what was sent to decode and how many
@@ -38,10 +38,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from difflab.probe.kit import Kit, ProbeFailure
+from difflab.probe.kit import Kit
 from harness.doors import backend_gap
 from harness.features import Machinery
-from harness.nixl import NixlPrefillRank, Write, abort_from_decode, build_prefill_rank
+from harness.nixl import NixlPrefillRank, abort_from_decode, build_prefill_rank
 
 BACKEND = "nixl"
 
@@ -63,46 +63,25 @@ def _abort(rank: NixlPrefillRank) -> Callable[[], None]:
     return lambda: rank.deliver(abort_from_decode(rank.room))
 
 
-def _write_room(rank: NixlPrefillRank, *during: Callable[[], None]) -> dict[str, int]:
-    """The room's last chunk through the real worker; ``during`` runs while its KV write is posted.
-
-    Returns ``writes`` (KV writes posted) and, where ``during`` ran, ``acks_while_writing``:
-    drain acks sent before the write settled -- one then would tell decode to reuse pages
-    still being written.
-    """
-    seen: dict[str, int] = {}
-
-    def steps() -> None:
-        for step in during:
-            step()
-        seen["acks_while_writing"] = rank.acks()
-
-    rank.kv_write = Write("DONE", during=steps if during else None)
-    rank.run_worker(rank.chunk(last=True))
-    if rank.send_kvcache.count == 0:
-        raise ProbeFailure("the worker never posted the room's KV write: nothing was being written")
-    return {**seen, "writes": rank.send_kvcache.count}
-
-
 # --- scenarios -------------------------------------------------------------------
 def abort_after_clear(kit: Kit) -> dict[str, Any]:
     """The sender's clear(), then the ABORT, while the KV write is posted: acked once it settles?"""
     rank = build_prefill_rank(kit, room=40651)
-    seen = _write_room(rank, rank.clear_sender, _abort(rank))
+    seen = rank.write_room(rank.clear_sender, _abort(rank))
     return {**seen, "acks": rank.acks()}
 
 
 def aborted(kit: Kit) -> dict[str, Any]:
     """Control: the ABORT while the KV write is posted, the room still known -> acked once it settles."""
     rank = build_prefill_rank(kit, room=40652)
-    seen = _write_room(rank, _abort(rank))
+    seen = rank.write_room(_abort(rank))
     return {**seen, "acks": rank.acks()}
 
 
 def settled(kit: Kit) -> dict[str, Any]:
     """Control: the room written and concluded Success; a lone ABORT for it now is acked at once."""
     rank = build_prefill_rank(kit, room=40653)
-    seen = _write_room(rank)
+    seen = rank.write_room()
     rank.deliver(abort_from_decode(rank.room))
     return {**seen, "acks": rank.acks()}
 
@@ -110,7 +89,7 @@ def settled(kit: Kit) -> dict[str, Any]:
 def idle_after_clear(kit: Kit) -> dict[str, Any]:
     """Control: the room written and cleared; an ABORT for it now is acked at once (nothing counted)."""
     rank = build_prefill_rank(kit, room=40654)
-    seen = _write_room(rank)
+    seen = rank.write_room()
     rank.clear_sender()
     rank.deliver(abort_from_decode(rank.room))
     return {**seen, "acks": rank.acks()}

@@ -155,6 +155,26 @@ class NixlPrefillRank:
                 raise ProbeFailure(f"the transfer worker caught an unstaged error for room {room}: {text}")
             self.kit.event("worker-caught", room=int(room), error=text, staged=staged)
 
+    def write_room(self, *during: Callable[[], None]) -> dict[str, int]:
+        """The room's last chunk through the real worker, every write succeeding; ``during`` runs mid-KV-write.
+
+        Returns ``writes`` (KV writes posted) and, where ``during`` ran, ``acks_while_writing``:
+        drain acks sent before the write settled -- one then would tell decode to reuse pages
+        still being written.
+        """
+        seen: dict[str, int] = {}
+
+        def steps() -> None:
+            for step in during:
+                step()
+            seen["acks_while_writing"] = self.acks()
+
+        self.kv_write = Write("DONE", during=steps if during else None)
+        self.run_worker(self.chunk(last=True))
+        if self.send_kvcache.count == 0:
+            raise ProbeFailure("the worker never posted the room's KV write: nothing was being written")
+        return {**seen, "writes": self.send_kvcache.count}
+
     def chunk(self, *, last: bool, room: int | None = None) -> Any:
         """A real TransferKVChunk of this room (or ``room``): two pages of KV; the last one carries the aux index."""
         import numpy as np
