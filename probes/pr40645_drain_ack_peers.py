@@ -33,7 +33,8 @@ written is acked at once (``idle_after_clear``).
 
 Mooncake's prefill side only (fields ``mooncake:<field>``): the fan-out and the
 ``clear()`` change live in the shared ``CommonKVManager`` / ``CommonKVSender``,
-but only Mooncake's bootstrap thread and worker are driven here.
+but only Mooncake's bootstrap thread and worker are driven here (NIXL's ``clear()`` path:
+``pr40645_nixl_clear_in_flight``).
 """
 
 from __future__ import annotations

@@ -58,21 +58,20 @@ is the build's own, made by its constructor; the probe reads none of it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.doors import backend_gap
 from harness.features import Machinery
-from harness.nixl import DECODE_IP, DECODE_PORT, UNREADABLE, NixlPrefillRank, Write, build_prefill_rank, settle_deadline
+from harness.nixl import UNREADABLE, NixlPrefillRank, Write, abort_from_decode, build_prefill_rank, settle_deadline
 
 BACKEND = "nixl"
 SETTLE_DEADLINE_S = 0.05
 
 # ---------------------------------------------------------------------------
 # Version adaptations, by feature:
-#   AbortNotification with a generation (0.5.22): the ABORT's fifth frame, echoed by the ack
+#   AbortNotification with a generation (0.5.22): harness.nixl.abort_from_decode
 #   the worker's settle wait and its deadline (0.5.20; 0.5.19 raises at the first ERR):
 #     harness.nixl.settle_deadline forces the deadline only where the build has one
 #   the staged unreadable state goes straight to the worker's except clause (0.5.19) or is
@@ -84,30 +83,18 @@ MACHINERY = Machinery(
     "sglang.srt.disaggregation.nixl.conn",
     "NixlKVManager._handle_abort_notification",
 )
-_generations = itertools.count(1)
-
-
-def abort_message(room: int) -> list[bytes]:
-    """Decode's ABORT for ``room`` as this release's decode puts it on the wire."""
-    from sglang.srt.disaggregation.common import conn
-
-    if hasattr(conn, "AbortNotification"):  # 0.5.22
-        return conn.AbortNotification(
-            room=room, decode_ip=DECODE_IP, decode_port=DECODE_PORT, generation=next(_generations)
-        ).to_zmq()
-    return [b"ABORT", str(room).encode("ascii"), DECODE_IP.encode("ascii"), str(DECODE_PORT).encode("ascii")]
 
 
 # --- scenario steps ------------------------------------------------------------------
 def _aborting(rank: NixlPrefillRank) -> Callable[[], None]:
     """Decode's ABORT arriving while a write is posted."""
-    return lambda: rank.deliver(abort_message(rank.room))
+    return lambda: rank.deliver(abort_from_decode(rank.room))
 
 
 def _late_acks(rank: NixlPrefillRank) -> int:
     """ABORT_ACKs for one more ABORT of the room."""
     start = rank.sent_so_far()
-    rank.deliver(abort_message(rank.room))
+    rank.deliver(abort_from_decode(rank.room))
     return rank.acks(since=start)
 
 

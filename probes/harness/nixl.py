@@ -13,7 +13,10 @@ network edges:
   metadata/aux slot) -- are recorders that hand back a transfer handle; what NIXL answers
   for each handle (``agent.check_xfer_state``: ``DONE``, ``ERR``, ``PROC`` for ever, or a
   state that cannot be read) is the scenario's choice (:class:`Write`); anything else
-  raised inside is recorded by ``kit.guard`` before the worker can wrap it;
+  raised inside is recorded by ``kit.guard`` before the worker can wrap it. With
+  ``real_send_aux`` the build's own ``send_aux`` posts the aux write instead, through the
+  agent's ``get_xfer_descs`` / ``initialize_xfer`` / ``transfer``, and NIXL may refuse
+  the post (:data:`REJECTED`: ``transfer`` answers ``ERR``);
 - the agent's peer-metadata check (``check_remote_metadata``, asked after a failed batch
   from 0.5.22): the decode peer's metadata is still loaded;
 - the zmq sockets: the control socket the bootstrap thread reads (the transport's
@@ -30,6 +33,7 @@ poisons a room on any exception whose handles did not settle, from 0.5.22).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -50,11 +54,16 @@ DECODE_AGENT = "decode-agent-0"
 UNREADABLE = "unreadable"
 """A handle whose state NIXL cannot report (``check_xfer_state`` raises)."""
 
+REJECTED = "rejected"
+"""A write NIXL refuses to post (``agent.transfer`` answers ``ERR``); only the build's own ``send_aux`` asks."""
+
 _CAUGHT = re.compile(r"NIXL transport error for room (\d+): (.*)", re.S)
 """The worker's log line for an exception it caught (every release)."""
 
-SGLANG_RAISES = ("NIXL transfer for room", "NIXL transfer encountered ERR")
-"""How the worker's own raises about the handles' states begin (a timed-out settle, an ERR)."""
+SGLANG_RAISES = ("NIXL transfer for room", "NIXL transfer encountered ERR", "KVSender failed to post")
+"""How SGLang's own raises about the staged states begin (a timed-out settle, an ERR, a refused post)."""
+
+_generations = itertools.count(1)
 
 
 class _EndOfQueue(EndOfScenario):
@@ -66,7 +75,7 @@ class Write:
     """One posted write of the room: what NIXL answers for its handle, and what happens while it is posted."""
 
     state: str = "DONE"
-    """``DONE``, ``ERR``, ``PROC`` (still writing, for ever) or :data:`UNREADABLE`."""
+    """``DONE``, ``ERR``, ``PROC`` (still writing, for ever), :data:`UNREADABLE` or :data:`REJECTED`."""
     during: Callable[[], None] | None = None
     """Runs while the write is being posted (decode's ABORT arriving mid-write)."""
 
@@ -82,6 +91,7 @@ class NixlPrefillRank:
     room: int
     send_kvcache: Recorder
     send_aux: Recorder
+    """The faked ``send_aux``, or with ``real_send_aux`` the agent's ``transfer`` (each post the build asked for)."""
     kv_write: Write = field(default_factory=Write)
     aux_write: Write = field(default_factory=Write)
     handles: dict[str, str] = field(default_factory=dict)
@@ -145,6 +155,26 @@ class NixlPrefillRank:
                 raise ProbeFailure(f"the transfer worker caught an unstaged error for room {room}: {text}")
             self.kit.event("worker-caught", room=int(room), error=text, staged=staged)
 
+    def write_room(self, *during: Callable[[], None]) -> dict[str, int]:
+        """The room's last chunk through the real worker, every write succeeding; ``during`` runs mid-KV-write.
+
+        Returns ``writes`` (KV writes posted) and, where ``during`` ran, ``acks_while_writing``:
+        drain acks sent before the write settled -- one then would tell decode to reuse pages
+        still being written.
+        """
+        seen: dict[str, int] = {}
+
+        def steps() -> None:
+            for step in during:
+                step()
+            seen["acks_while_writing"] = self.acks()
+
+        self.kv_write = Write("DONE", during=steps if during else None)
+        self.run_worker(self.chunk(last=True))
+        if self.send_kvcache.count == 0:
+            raise ProbeFailure("the worker never posted the room's KV write: nothing was being written")
+        return {**seen, "writes": self.send_kvcache.count}
+
     def chunk(self, *, last: bool, room: int | None = None) -> Any:
         """A real TransferKVChunk of this room (or ``room``): two pages of KV; the last one carries the aux index."""
         import numpy as np
@@ -205,7 +235,27 @@ class NixlPrefillRank:
         state = self.handles[handle]
         if state == UNREADABLE:
             raise self.kit.intended_failure("NIXL cannot report the state of a posted write")(handle)
-        return state
+        return "ERR" if state == REJECTED else state
+
+    def transfer(self, handle: str) -> str:
+        """NIXL's answer to posting a write the build's own ``send_aux`` prepared."""
+        return "ERR" if self.handles[handle] == REJECTED else "PROC"
+
+
+# --- version adaptation: decode's ABORT on the wire -------------------------------
+def abort_from_decode(room: int) -> list[bytes]:
+    """Decode's ABORT for ``room`` as this release's decode puts it on the wire.
+
+    0.5.22: ``AbortNotification`` with the decode rank's abort generation, which its drain
+    ack must echo. <= 0.5.21: four frames (room, decode ip, decode port).
+    """
+    from sglang.srt.disaggregation.common import conn
+
+    if hasattr(conn, "AbortNotification"):  # 0.5.22
+        return conn.AbortNotification(
+            room=room, decode_ip=DECODE_IP, decode_port=DECODE_PORT, generation=next(_generations)
+        ).to_zmq()
+    return [b"ABORT", str(room).encode("ascii"), DECODE_IP.encode("ascii"), str(DECODE_PORT).encode("ascii")]
 
 
 def decode_registration() -> Any:
@@ -254,24 +304,32 @@ def _wired_manager(kit: Kit) -> tuple[Any, Transport]:
     return side.scheduler.disagg_prefill_bootstrap_queue.kv_manager, transport
 
 
-def build_prefill_rank(kit: Kit, *, room: int) -> NixlPrefillRank:
+def build_prefill_rank(kit: Kit, *, room: int, real_send_aux: bool = False) -> NixlPrefillRank:
     """A NIXL prefill rank whose room is waiting for input, decode registered and deferred release on.
 
     The manager is the wired prefill server's (:func:`_wired_manager`); the probe replaces
     only its edges: posting the writes and the agent's answers about them, the sockets to
-    decode, decode's registration.
+    decode, decode's registration. With ``real_send_aux`` the build's own ``send_aux``
+    stays and only the agent under it answers.
     """
     ensure_runtime()
     wire = Wire(kit)
     decode = tcp_endpoint(DECODE_IP, DECODE_PORT)
     holder: list[NixlPrefillRank] = []
     send = kit.recorder("send_kvcache", side_effect=lambda *a, **k: holder[0]._post("kv", holder[0].kv_write))
-    send_aux = kit.recorder("send_aux", side_effect=lambda *a, **k: holder[0]._post("aux", holder[0].aux_write))
+    aux_post = kit.recorder("send_aux", side_effect=lambda *a, **k: holder[0]._post("aux", holder[0].aux_write))
+    initialize = kit.recorder(
+        "agent.initialize_xfer", side_effect=lambda *a, **k: holder[0]._post("aux", holder[0].aux_write)
+    )
+    transfer = kit.recorder("agent.transfer", side_effect=lambda handle: holder[0].transfer(handle))
     mgr, transport = _wired_manager(kit)
     agent = kit.fake(
         "nixl agent",
         check_xfer_state=lambda handle: holder[0].check_xfer_state(handle),
         check_remote_metadata=kit.recorder("agent.check_remote_metadata", returns=True),
+        get_xfer_descs=lambda addrs, mem_kind: ("descs", mem_kind, len(addrs)),
+        initialize_xfer=initialize,
+        transfer=transfer,
     )
     edges = {
         "agent": agent,
@@ -281,12 +339,19 @@ def build_prefill_rank(kit: Kit, *, room: int) -> NixlPrefillRank:
         "_socket_send_locks": Wire.locks(decode),
         "_zmq_ctx": kit.fake("prefill zmq.Context"),
         "send_kvcache": send,
-        "send_aux": send_aux,
     }
+    if not real_send_aux:
+        edges["send_aux"] = aux_post
     for name, value in edges.items():
         setattr(mgr, name, value)
     rank = NixlPrefillRank(
-        kit=kit, wire=wire, transport=transport, mgr=mgr, room=room, send_kvcache=send, send_aux=send_aux
+        kit=kit,
+        wire=wire,
+        transport=transport,
+        mgr=mgr,
+        room=room,
+        send_kvcache=send,
+        send_aux=transfer if real_send_aux else aux_post,
     )
     holder.append(rank)
     rank.open_room()
