@@ -3,6 +3,7 @@ undeclared ``unavailable``, and fixes whose probes disagree. Expected verdicts a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -242,9 +243,25 @@ def test_error_without_a_message() -> None:
     assert judge_probe(spec(), crashed("base", error="  \n "), None).reason == "base: unknown error"
 
 
-def test_an_unavailable_base_observation_is_an_error() -> None:
-    p = judge_probe(spec(), gone("base"), obs(FIXED, "head"))
-    assert (p.verdict, p.reason) == ("error", "base: no release carries it")
+def test_an_unavailable_base_is_unavailable_and_says_what_the_head_shows() -> None:
+    """A fix older than every pin: no base to show the bug; the head is still judged, and said."""
+    why = "0.5.19 already carries it"
+    p = judge_probe(spec(), gone("base", why=why), obs(FIXED, "head"))
+    assert (p.verdict, p.reason) == ("unavailable", f"base unavailable: {why}; head shows the fix")
+    p = judge_probe(spec(), gone("base", why=why), obs(BUG, "head"))
+    assert (p.verdict, p.reason) == ("unavailable", f"base unavailable: {why}; head does not show the fix (base)")
+    p = judge_probe(spec(), gone("base", why=why), crashed("head"))
+    assert p.verdict == "error" and p.reason.startswith("head: "), p.reason
+
+
+def test_a_declared_unavailable_base_passes_and_one_without_probes_says_so() -> None:
+    older = SidePin(unavailable="0.5.19 already carries it")
+    v = judge(make_fix("p", base=older), {"p": (gone("base", why=older.unavailable), obs(FIXED, "head"))})
+    assert (v.verdict, v.expected_unavailable, v.passed) == ("unavailable", True, True)
+    bare = judge(dataclasses.replace(make_fix(base=older), probes=()), {})
+    assert (bare.verdict, bare.passed) == ("unavailable", True)
+    assert bare.reason == "base unavailable: 0.5.19 already carries it; no probe judges it by behaviour"
+    assert judge(dataclasses.replace(make_fix(), probes=()), {}).verdict == "error"  # an available base needs one
 
 
 def test_head_status_other_than_unavailable_is_not_unavailable() -> None:

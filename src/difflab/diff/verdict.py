@@ -141,12 +141,9 @@ def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | 
     def done(verdict: str, reason: str) -> ProbeDiff:
         return ProbeDiff(spec.name, verdict, reason, bm.value, hm.value, fields, base, head)
 
-    if bm is Match.ERROR:
-        return done("error", f"base: {_why(base, spec)}")
-    if head_unavailable:
-        assert head is not None
-        shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
-        return done("unavailable", f"head unavailable: {head.error}; base {shown}")
+    one_side = _one_side_unavailable(spec, base, head, bm, hm)
+    if one_side:
+        return done(*one_side)
     if hm is Match.ERROR:
         return done("error", f"head: {_why(head, spec)}")
     never = describe_missing(spec, base, head)
@@ -160,6 +157,25 @@ def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | 
     if hm is not Match.HEAD:
         return done("not-fixed", f"head does not show the fix: {_mismatch(spec, head, 1)}")
     return done("confirmed", "base shows the bug, head the fix, controls equal")
+
+
+def _one_side_unavailable(
+    spec: ProbeSpec, base: Observation | None, head: Observation | None, bm: Match, hm: Match
+) -> tuple[str, str] | None:
+    """The verdict when a side cannot be compared: no source (a fix in no release yet, or older than
+    every pin; the other side is still judged and said, so ``unavailable`` never hides a crashed
+    probe), or a base that errored. None: both sides are there to compare."""
+    if base is not None and base.status == "unavailable":
+        if hm is Match.ERROR:
+            return "error", f"head: {_why(head, spec)}"
+        shown = "shows the fix" if hm is Match.HEAD else f"does not show the fix ({hm.value})"
+        return "unavailable", f"base unavailable: {base.error}; head {shown}"
+    if bm is Match.ERROR:
+        return "error", f"base: {_why(base, spec)}"
+    if head is not None and head.status == "unavailable":
+        shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
+        return "unavailable", f"head unavailable: {head.error}; base {shown}"
+    return None
 
 
 _PRECEDENCE = ("error", "control-drift", "not-reproduced", "not-fixed", "unavailable", "confirmed")
@@ -188,6 +204,8 @@ def judge_fix(
             probes=probes,
         )
 
+    if not fix.probes and fix.base.unavailable:
+        return verdict("unavailable", f"base unavailable: {fix.base.unavailable}; no probe judges it by behaviour", [])
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix yet", [])
     diffs = [judge_probe(spec, base.get(spec.name), head.get(spec.name)) for spec in fix.probes]
