@@ -178,6 +178,19 @@ def _one_side_unavailable(
     return None
 
 
+def _declared_unavailable(fix: Fix, base: dict[str, Observation], head: dict[str, Observation]) -> bool:
+    """Whether the matrix declares a side unavailable, and every side the observations lack is one it declares.
+
+    An ``unavailable`` verdict passes only then: a head with no source passes for a fix in no release yet,
+    a base with none for a fix older than every pin, never the other way round (a side the matrix pins
+    that came back without a source is a broken run, not the declared gap).
+    """
+    declared = {side for side in SIDES if getattr(fix, side).unavailable}
+    observed = {"base": base, "head": head}
+    lacking = {side for side in SIDES if any(o.status == "unavailable" for o in observed[side].values())}
+    return bool(declared) and lacking <= declared
+
+
 _PRECEDENCE = ("error", "control-drift", "not-reproduced", "not-fixed", "unavailable", "confirmed")
 
 
@@ -198,7 +211,7 @@ def judge_fix(
             title=fix.title,
             verdict=v,
             reason=reason,
-            expected_unavailable=bool(fix.head.unavailable or fix.base.unavailable),
+            expected_unavailable=_declared_unavailable(fix, base, head),
             base=base_label,
             head=head_label,
             probes=probes,
