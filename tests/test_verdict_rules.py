@@ -340,6 +340,19 @@ def test_an_unavailable_head_leaves_only_the_base_to_judge_fields() -> None:
     assert fields_of(obs(BUG), None)["rejected.retired"][-1] is True
 
 
+def test_an_unavailable_base_leaves_only_the_head_to_judge_fields() -> None:
+    """A fix older than every pin: no base value to hold against the declaration, so the head alone decides."""
+    got = fields_of(gone("base", why="0.5.19 already carries it"), obs(FIXED, "head"))
+    assert got == {
+        "rejected.enqueued": ("expect", None, False, True, False, True),
+        "rejected.retired": ("expect", None, 1, 0, 1, True),
+        "valid.enqueued": ("control", None, True, True, True, True),
+        "valid.retired": ("control", None, 0, 0, 0, True),
+    }
+    assert fields_of(gone("base"), obs(BUG, "head"))["rejected.enqueued"][-1] is False
+    assert fields_of(gone("base"), obs(dict(FIXED, **{"valid.retired": 1}), "head"))["valid.retired"][-1] is False
+
+
 def test_the_fields_of_an_error_observation_are_not_read() -> None:
     bad = obs(FIXED, "head", status="error", error="boom")
     assert fields_of(obs(BUG), bad)["rejected.enqueued"] == ("expect", True, None, True, False, True)

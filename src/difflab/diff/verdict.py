@@ -94,6 +94,8 @@ class FixVerdict:
 
 
 def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> list[FieldResult]:
+    if base is not None and base.status == "unavailable":
+        return _head_fields(spec, head)
     bf = base.fields if base and base.ok else {}
     hf = head.fields if head and head.ok else {}
     out = []
@@ -105,6 +107,16 @@ def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None)
         b, h = bf.get(name), hf.get(name)
         ok = same(b, dv) and (head is None or not head.ok or same(h, dv))
         out.append(FieldResult(name, "control", b, h, dv, dv, ok))
+    return out
+
+
+def _head_fields(spec: ProbeSpec, head: Observation | None) -> list[FieldResult]:
+    """A base with no source (a fix older than every pin): each field is judged on the head alone."""
+    hf = head.fields if head and head.ok else {}
+    out = [
+        FieldResult(n, "expect", None, hf.get(n), db, dh, same(hf.get(n), dh)) for n, (db, dh) in spec.expect.items()
+    ]
+    out += [FieldResult(n, "control", None, hf.get(n), dv, dv, same(hf.get(n), dv)) for n, dv in spec.controls.items()]
     return out
 
 
