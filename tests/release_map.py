@@ -19,14 +19,18 @@ FILE = "release-map.toml"
 
 @dataclass(frozen=True)
 class Carried:
-    """One fix: the first release that carries it (None: no pinned release), and its back ends' first releases."""
+    """One fix: the first release that carries it (None: no pinned release), and its back ends' first releases.
+
+    ``older``: the fix predates every pinned release (``first = "older"``), so every one carries it.
+    """
 
     fix: str
     first: str | None
     backends: dict[str, str] = field(default_factory=dict)
+    older: bool = False
 
     def carried_on(self, release: str) -> bool:
-        return self.first is not None and Version(release) >= Version(self.first)
+        return self.older or (self.first is not None and Version(release) >= Version(self.first))
 
     def backends_on(self, release: str) -> list[str]:
         """The back ends whose machinery this release has."""
@@ -42,5 +46,6 @@ def load_release_map(path: Path | None = None) -> dict[str, Carried]:
         unknown = set(entry) - {"first", "backends"}
         assert not unknown, f"{path}: fixes.{fix}: unknown key(s) {sorted(unknown)}"
         first = entry["first"]
-        out[fix] = Carried(fix, None if first == "none" else first, dict(entry.get("backends", {})))
+        backends = dict(entry.get("backends", {}))
+        out[fix] = Carried(fix, None if first in ("none", "older") else first, backends, older=first == "older")
     return out

@@ -61,6 +61,19 @@ def test_a_fix_without_probes_is_an_error_cell_that_keeps_its_expectation(machin
     assert cell.probes == {} and cell.notes == []
 
 
+def test_a_fix_older_than_every_pin_without_probes_is_not_judged_with_its_reason(machinery_matrix) -> None:
+    """Base unavailable (the oldest pin already carries it): implied present from its head, never an error."""
+    older = SidePin(unavailable="0.5.19 already carries it")
+    fix = dataclasses.replace(machinery_matrix.fix("38935"), base=older, head=SidePin(release="0.5.19"), probes=())
+    assert [expected_cell(fix, r) for r in ("0.5.19", "0.5.23")] == ["present", "present"]
+    cell = judge_cell(fix, "0.5.22", {}, {})
+    reason = "no probe judges it; base unavailable (0.5.19 already carries it)"
+    assert cell == Cell("38935", "0.5.22", "not-judged", None, reason)
+    assert cell.agrees
+    with_probes = dataclasses.replace(fix, probes=machinery_matrix.fix("38935").probes)
+    assert judge_cell(with_probes, "0.5.22", {}, {}).verdict == "error"  # a probe that did not run is not skipped
+
+
 def test_not_applicable_names_each_probe_s_missing_machinery_and_where_it_was_observed(machinery_matrix) -> None:
     """Every probe n/a: the reason lists each probe's own words, ``not applicable: `` cut off."""
     fix = machinery_matrix.fix("38935")
@@ -224,3 +237,10 @@ def test_a_back_end_without_the_machinery_is_named_not_applicable_and_not_judged
     missing = _on(spec, "mooncake", 1) | {"mori:not-applicable": "none"}  # nixl neither observed nor excused
     cell = judge_cell(fix, "0.5.22", {DEFERRED: _obs("41404", "0.5.22", DEFERRED, fields=missing)}, {})
     assert cell.verdict == "error"
+
+
+def test_every_cell_verdict_has_a_colour_in_the_terminal_grid() -> None:
+    from difflab.commands.contains import COLOURS
+    from difflab.diff.containment import VERDICTS
+
+    assert sorted(COLOURS) == sorted(VERDICTS)

@@ -36,8 +36,12 @@ def test_the_release_map_lists_exactly_the_matrix_fixes(matrix: Matrix, release_
 
 def test_each_fix_is_first_carried_by_its_head_release(matrix: Matrix, release_map) -> None:
     """The matrix's head pin and the map agree: a release head is the first release carrying the fix."""
+    oldest = min(matrix.releases, key=Version)
     for fix in matrix.fixes:
         first = release_map[fix.id].first
+        if release_map[fix.id].older:  # predates every pin: no base to show the bug, the oldest pin as head
+            assert fix.base.unavailable and fix.head.release == oldest, (fix.id, fix.base, fix.head)
+            continue
         assert fix.base.release or fix.base.commit, fix.id
         if fix.head.release:
             assert first == fix.head.release, (fix.id, first, fix.head.release)
@@ -70,8 +74,14 @@ def test_every_probe_file_exists_and_defines_observe(matrix: Matrix) -> None:
 
 
 def test_every_fix_a_release_can_show_has_hunks_and_reverting_mutations(matrix: Matrix) -> None:
-    """selfcheck's hunk coverage needs ``[[fixes.hunks]]``; the loader makes each hunk name a mutation."""
+    """selfcheck's hunk coverage needs ``[[fixes.hunks]]``; the loader makes each hunk name a mutation.
+
+    A fix older than every pinned release (base unavailable) may have no probe yet: no release shows
+    its bug, and the family report names it as not checked by behaviour.
+    """
     for fix in matrix.fixes:
+        if fix.base.unavailable:
+            continue
         assert fix.probes, fix.id
         if fix.head.release:
             assert fix.hunks, f"fix {fix.id}: declare its [[fixes.hunks]] (selfcheck requires them)"

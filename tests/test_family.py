@@ -85,6 +85,28 @@ def test_safe_only_when_every_member_is_present(tmp_path: Path) -> None:
     assert [m.standing for m in report.builds[2].members] == ["unknown", "n/a", "unknown"]
 
 
+def _older(fix_id: str) -> str:
+    """A member older than every pinned release: base unavailable with its reason, no probe."""
+    text = _second(fix_id).split("[[fixes.probes]]", 1)[0]
+    return text.replace('base = { release = "0.5.20" }', 'base = { unavailable = "0.5.19 already carries it" }')
+
+
+def test_a_member_no_probe_judges_is_named_not_counted(tmp_path: Path) -> None:
+    """Safe means safe from the members the lab checks; one it cannot check is named with the reason."""
+    m = matrix_of(tmp_path, _second("a"), _older("old"))
+    builds = {"0.5.22": {"a": "present", "old": "not-judged"}, "0.5.21": {"a": "absent", "old": "not-judged"}}
+    (report,) = judge_families(m.families.values(), m.fixes, builds)
+    lines = {b.build: b.line() for b in report.builds}
+    unchecked = "not checked by behaviour: #38935 (0.5.19 already carries it)"
+    assert lines["0.5.22"] == f"{SAFE} (1: #38935); {unchecked}"
+    assert lines["0.5.21"] == f"NOT safe: missing: #38935; {unchecked}"
+    assert [b.safe for b in report.builds] == [True, False]
+    only = matrix_of(tmp_path, _older("old"))
+    (alone,) = judge_families(only.families.values(), only.fixes, {"0.5.22": {"old": "not-judged"}})
+    assert not alone.builds[0].safe  # nothing checked is never safe
+    assert alone.builds[0].line() == f"NOT safe: no member is checked by behaviour; {unchecked}"
+
+
 def test_a_family_none_of_whose_members_ran_is_not_reported(tmp_path: Path) -> None:
     m = matrix_of(tmp_path, _second("a"), _second("b", None))
     assert judge_families(m.families.values(), m.fixes, {"0.5.22": {"b": "present"}}) == []

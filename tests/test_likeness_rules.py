@@ -70,7 +70,23 @@ def paths_of(verdict: BackportVerdict) -> list[tuple[str, str, str]]:
 
 
 def test_the_backport_verdicts() -> None:
-    assert VERDICTS == ("present", "absent", "partial", "not-applicable", "error")
+    assert VERDICTS == ("present", "absent", "partial", "not-applicable", "not-judged", "error")
+
+
+def test_a_fix_older_than_every_pin_without_probes_is_not_judged_and_does_not_fail_the_fork() -> None:
+    """Base unavailable (the oldest pin carries it) and no probe: the fork is not judged on it, and told why."""
+    import dataclasses
+
+    from difflab.report.backport import _cases
+
+    older = dataclasses.replace(DOOR, base=SidePin(unavailable="0.5.19 already carries it"), probes=(), hunks=())
+    v = judge_backport(older, {})
+    assert (v.verdict, v.passed) == ("not-judged", True)
+    assert v.reason == "no probe judges it; base unavailable (0.5.19 already carries it)"
+    (case,) = _cases([v])
+    assert (case.outcome, case.message) == ("skipped", v.reason)
+    bare = judge_backport(dataclasses.replace(DOOR, probes=(), hunks=()), {})
+    assert (bare.verdict, bare.passed) == ("error", False)  # an available base still needs a probe
 
 
 def test_every_path_like_head_is_present() -> None:

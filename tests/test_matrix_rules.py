@@ -321,8 +321,18 @@ ROOM = '[[fixes]]\nid = "43719b"'
             "fix '38935'.head.unavailable: expected a non-empty string",
         ),
         (
-            edit('base = { release = "0.5.20" }', 'base = { unavailable = "no source" }'),
-            "fix '38935'.base: the base side must be available: it is where the bug is shown",
+            edit('base = { release = "0.5.20" }', 'base = { unavailable = "older than every pin" }'),
+            "fix '38935'.commits.base: the base is declared unavailable: give its commit as base, or neither",
+        ),
+        (
+            edit('base = { release = "0.5.20" }', 'base = { unavailable = "older" }').replace(
+                'head = { release = "0.5.21" }', 'head = { unavailable = "in no release" }'
+            ),
+            "fix '38935'.base: base and head are both unavailable: at least one side needs a release or commit",
+        ),
+        (
+            edit('base = { release = "0.5.20" }', 'base = { unavailable = "" }'),
+            "fix '38935'.base.unavailable: expected a non-empty string",
         ),
         (edit('head = { release = "0.5.21" }', 'head = { commit = "8f3d694" }'), None),
         (edit('head = { release = "0.5.21" }', 'head = { commit = "8f3d6944b76c428d884582cb6c82a39db1465360" }'), None),
@@ -404,6 +414,18 @@ def test_fix_and_file_rules(tmp_path: Path, text: str, message: str | None) -> N
     if message is None:
         return  # a replacement that must stay valid; loads below
     assert refused(tmp_path, text) == message
+
+
+def test_a_base_older_than_every_pin_loads_with_its_reason(tmp_path: Path) -> None:
+    """A fix the oldest pinned release already carries: base unavailable with the reason, head a release."""
+    text = edit('base = { release = "0.5.20" }', 'base = { unavailable = "0.5.19 already carries it" }')
+    text = text.replace('commits.base = { sha = "17ba2c2e", confirmed = false }\n', "")
+    fix = next(f for f in load_matrix(write(tmp_path, text)).fixes if f.id == "38935")
+    assert (fix.base.unavailable, fix.base.label, fix.head.release) == (
+        "0.5.19 already carries it",
+        "unavailable",
+        "0.5.21",
+    )
 
 
 def test_valid_variants_load(tmp_path: Path) -> None:

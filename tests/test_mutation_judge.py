@@ -94,6 +94,26 @@ def test_coverage_counts_the_hunks_with_a_causal_mutation_and_leaves_a_headless_
     assert coverage_ratio(headless) == (0, 0) and not headless[0].counted
 
 
+def test_a_fix_older_than_every_pin_without_probes_is_left_out_of_coverage_and_said_why(tmp_path: Path) -> None:
+    """No base to show the bug and no probe to flip: nothing to revert, and not counted as uncovered."""
+    import dataclasses
+
+    from difflab.matrix.model import SidePin
+
+    older = dataclasses.replace(FIX, id="old", base=SidePin(unavailable="0.5.19 carries it"), probes=(), mutations=())
+    results = [judge_mutation(FIX, m, "0.5.21", observed(FIX, m.hunks)) for m in FIX.mutations if m.hunks]
+    coverage = hunk_coverage([FIX, older], {FIX.id: object(), "old": object()}, results)
+    assert [c.counted for c in coverage] == [True, False]
+    assert coverage[1].note == "base unavailable and no probe: not counted"
+    assert coverage_ratio(coverage) == (len(FIX.hunks), len(FIX.hunks)) and selfcheck_passed(results, coverage)
+    probed = dataclasses.replace(FIX, base=SidePin(unavailable="0.5.19 carries it"))
+    assert hunk_coverage([probed], {FIX.id: object()}, results)[0].counted  # a probe to flip: counted
+    write_selfcheck(tmp_path, results, coverage)  # its coverage case is skipped with the reason, not passed
+    cases = {c.classname: c for c in next(iter(JUnitXml.fromfile(str(tmp_path / "selfcheck-junit.xml"))))}
+    assert cases["selfcheck.old"].is_skipped and "no probe" in cases["selfcheck.old"].result[0].message
+    assert cases[f"selfcheck.{FIX.id}"].is_passed
+
+
 def test_the_selfcheck_files_say_what_was_judged(tmp_path: Path) -> None:
     good = [judge_mutation(FIX, m, "0.5.21", observed(FIX, m.hunks)) for m in FIX.mutations if m.hunks]
     m = mutation("drop-prefill-door-guard")

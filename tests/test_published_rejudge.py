@@ -79,9 +79,15 @@ def test_sides_swapped() -> None:
         "38935": "not-reproduced",
         "41404": "not-reproduced",
         "43719a": "not-reproduced",
-        "43719b": "error",  # the unavailable side is now the base: nothing to show the bug on
+        # A base without a source is a state the matrix can declare (a fix older than every pin), so the
+        # swapped fix reads `unavailable`, saying what the head shows: the bug, not the fix. It still fails:
+        # the matrix declares #43719(b)'s head unavailable and pins its base, so the gap is on the wrong side.
+        "43719b": "unavailable",
     }
-    assert verdicts["43719b"].reason == f"pr43719_failed_room_quarantine: base: {UNAVAILABLE}"
+    assert verdicts["43719b"].reason == (
+        f"pr43719_failed_room_quarantine: base unavailable: {UNAVAILABLE}; head does not show the fix (base)"
+    )
+    assert not verdicts["43719b"].expected_unavailable
     assert verdicts["38935"].reason.startswith(
         "pr38935_prefill_door: base does not show the bug: rejected.enqueued=False (expected True), "
         "rejected.sender_created=False (expected True), rejected.retired=True (expected False), "

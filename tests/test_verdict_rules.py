@@ -3,6 +3,7 @@ undeclared ``unavailable``, and fixes whose probes disagree. Expected verdicts a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -242,9 +243,25 @@ def test_error_without_a_message() -> None:
     assert judge_probe(spec(), crashed("base", error="  \n "), None).reason == "base: unknown error"
 
 
-def test_an_unavailable_base_observation_is_an_error() -> None:
-    p = judge_probe(spec(), gone("base"), obs(FIXED, "head"))
-    assert (p.verdict, p.reason) == ("error", "base: no release carries it")
+def test_an_unavailable_base_is_unavailable_and_says_what_the_head_shows() -> None:
+    """A fix older than every pin: no base to show the bug; the head is still judged, and said."""
+    why = "0.5.19 already carries it"
+    p = judge_probe(spec(), gone("base", why=why), obs(FIXED, "head"))
+    assert (p.verdict, p.reason) == ("unavailable", f"base unavailable: {why}; head shows the fix")
+    p = judge_probe(spec(), gone("base", why=why), obs(BUG, "head"))
+    assert (p.verdict, p.reason) == ("unavailable", f"base unavailable: {why}; head does not show the fix (base)")
+    p = judge_probe(spec(), gone("base", why=why), crashed("head"))
+    assert p.verdict == "error" and p.reason.startswith("head: "), p.reason
+
+
+def test_a_declared_unavailable_base_passes_and_one_without_probes_says_so() -> None:
+    older = SidePin(unavailable="0.5.19 already carries it")
+    v = judge(make_fix("p", base=older), {"p": (gone("base", why=older.unavailable), obs(FIXED, "head"))})
+    assert (v.verdict, v.expected_unavailable, v.passed) == ("unavailable", True, True)
+    bare = judge(dataclasses.replace(make_fix(base=older), probes=()), {})
+    assert (bare.verdict, bare.passed) == ("unavailable", True)
+    assert bare.reason == "base unavailable: 0.5.19 already carries it; no probe judges it by behaviour"
+    assert judge(dataclasses.replace(make_fix(), probes=()), {}).verdict == "error"  # an available base needs one
 
 
 def test_head_status_other_than_unavailable_is_not_unavailable() -> None:
@@ -321,6 +338,19 @@ def test_an_unavailable_head_leaves_only_the_base_to_judge_fields() -> None:
     }
     assert fields_of(obs(dict(BUG, **{"valid.retired": 1})), gone())["valid.retired"][-1] is False
     assert fields_of(obs(BUG), None)["rejected.retired"][-1] is True
+
+
+def test_an_unavailable_base_leaves_only_the_head_to_judge_fields() -> None:
+    """A fix older than every pin: no base value to hold against the declaration, so the head alone decides."""
+    got = fields_of(gone("base", why="0.5.19 already carries it"), obs(FIXED, "head"))
+    assert got == {
+        "rejected.enqueued": ("expect", None, False, True, False, True),
+        "rejected.retired": ("expect", None, 1, 0, 1, True),
+        "valid.enqueued": ("control", None, True, True, True, True),
+        "valid.retired": ("control", None, 0, 0, 0, True),
+    }
+    assert fields_of(gone("base"), obs(BUG, "head"))["rejected.enqueued"][-1] is False
+    assert fields_of(gone("base"), obs(dict(FIXED, **{"valid.retired": 1}), "head"))["valid.retired"][-1] is False
 
 
 def test_the_fields_of_an_error_observation_are_not_read() -> None:

@@ -17,7 +17,14 @@ from difflab.workflows.contains import ContainsRequest, execute
 
 NAME = "contains"
 HELP = "run every fix's probes on every pinned (--all: every locked) release; which release carries which fix"
-COLOURS = {"present": "green", "absent": "red", "partial": "yellow", "error": "bold magenta", "not-applicable": "dim"}
+COLOURS = {
+    "present": "green",
+    "absent": "red",
+    "partial": "yellow",
+    "error": "bold magenta",
+    "not-applicable": "dim",
+    "not-judged": "dim",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,12 +19,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from difflab.diff.likeness import judge_backport
+from difflab.diff.likeness import NOT_JUDGED, judge_backport
 from difflab.matrix.model import Fix
 from difflab.observation import Observation
 
 PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, ERROR = "present", "absent", "partial", "not-applicable", "error"
-VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, ERROR)
+VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, NOT_JUDGED, ERROR)
 LOST = (ABSENT, PARTIAL)
 
 
@@ -105,7 +105,12 @@ def release_order(versions: Sequence[str]) -> list[str]:
 
 
 def expected_cell(fix: Fix, release: str) -> str | None:
-    """What the matrix's pins imply from the fix's base release on: absent before the head release, present from it."""
+    """What the matrix's pins imply from the fix's base release on: absent before the head release, present from it.
+
+    A fix older than every pin (base unavailable) is implied present from its head release on.
+    """
+    if fix.base.unavailable and fix.head.release:
+        return PRESENT if Version(release) >= Version(fix.head.release) else None
     if not fix.base.release or Version(release) < Version(fix.base.release):
         return None
     if fix.head.release:
@@ -116,6 +121,9 @@ def expected_cell(fix: Fix, release: str) -> str | None:
 def judge_cell(fix: Fix, release: str, obs: Mapping[str, Observation], paths: Mapping[str, str]) -> Cell:
     """One release's cell from its probes' observations (``paths``: probe -> observation file in the run)."""
     expected = expected_cell(fix, release)
+    if not fix.probes and fix.base.unavailable:
+        why = f"no probe judges it; base unavailable ({fix.base.unavailable})"
+        return Cell(fix.id, release, NOT_JUDGED, None, why)
     if not fix.probes:
         return Cell(fix.id, release, ERROR, expected, "no probes declared for this fix in the matrix")
     if len(obs) == len(fix.probes) and all(o.status == "n/a" for o in obs.values()):

@@ -9,7 +9,10 @@ family of KV bugs. Each member's verdict on the build (``present`` / ``absent`` 
 - *missing*: ``absent`` or ``partial`` (the build shows the member's bug on some path);
 - *unknown*: ``error``, or a member this run did not check;
 - *n/a*: ``not-applicable`` (the build lacks the machinery the member modifies; it is not
-  counted as safe, since a build without e.g. deferred release is not protected by it).
+  counted as safe, since a build without e.g. deferred release is not protected by it);
+- *not checked by behaviour*: ``not-judged``, a member older than every pinned release that no
+  probe judges. The lab does not check it, so it neither makes the build safe nor unsafe; the
+  line names it with the matrix's reason, so "safe" never reads as covering it.
 
 The build is *safe* only when every member is covered: the line then reads "safe from every
 family member the lab checks"; otherwise it names the members missing, unknown or n/a.
@@ -24,7 +27,14 @@ from typing import Any
 from difflab.matrix.model import Family, Fix
 
 COVERED, MISSING, UNKNOWN, NOT_APPLICABLE = "covered", "missing", "unknown", "n/a"
-_STANDING = {"present": COVERED, "absent": MISSING, "partial": MISSING, "not-applicable": NOT_APPLICABLE}
+UNCHECKED = "not checked by behaviour"
+_STANDING = {
+    "present": COVERED,
+    "absent": MISSING,
+    "partial": MISSING,
+    "not-applicable": NOT_APPLICABLE,
+    "not-judged": UNCHECKED,
+}
 SAFE = "safe from every family member the lab checks"
 
 
@@ -37,6 +47,8 @@ class MemberStanding:
     verdict: str
     """The per-fix verdict (``not checked`` when this run did not run the member)."""
     standing: str
+    reason: str = ""
+    """Why the lab does not judge it (a member not checked by behaviour: the matrix's reason)."""
 
 
 @dataclass
@@ -50,19 +62,26 @@ class BuildAnswer:
         return [m for m in self.members if m.standing == standing]
 
     @property
+    def checked(self) -> list[MemberStanding]:
+        """The members the lab judges by behaviour (all but those not checked by behaviour)."""
+        return [m for m in self.members if m.standing != UNCHECKED]
+
+    @property
     def safe(self) -> bool:
-        return bool(self.members) and all(m.standing == COVERED for m in self.members)
+        return bool(self.checked) and all(m.standing == COVERED for m in self.checked)
 
     def line(self) -> str:
-        """The operator's answer in one line."""
+        """The operator's answer in one line; members not checked by behaviour are named after it."""
+        unchecked = self.named(UNCHECKED)
+        tail = f"; {UNCHECKED}: " + ", ".join(f"{m.label} ({m.reason})" for m in unchecked) if unchecked else ""
         if self.safe:
-            return f"{SAFE} ({len(self.members)}: {', '.join(m.label for m in self.members)})"
+            return f"{SAFE} ({len(self.checked)}: {', '.join(m.label for m in self.checked)}){tail}"
         parts = []
         for standing, words in ((MISSING, "missing"), (UNKNOWN, "unknown"), (NOT_APPLICABLE, "n/a")):
             named = self.named(standing)
             if named:
                 parts.append(f"{words}: " + ", ".join(_member(m) for m in named))
-        return "NOT safe: " + "; ".join(parts)
+        return "NOT safe: " + "; ".join(parts or ["no member is checked by behaviour"]) + tail
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,9 +116,11 @@ def answer(family: Family, fixes: Mapping[str, Fix], build: str, verdicts: Mappi
     """One build's answer; ``verdicts`` maps fix id -> its verdict on the build (absent: not checked)."""
     members = []
     for fix_id in family.members:
-        label = fixes[fix_id].label if fix_id in fixes else fix_id
+        fix = fixes.get(fix_id)
+        label = fix.label if fix else fix_id
         verdict = verdicts.get(fix_id, "not checked")
-        members.append(MemberStanding(fix_id, label, verdict, _STANDING.get(verdict, UNKNOWN)))
+        reason = (fix.base.unavailable or "") if fix else ""
+        members.append(MemberStanding(fix_id, label, verdict, _STANDING.get(verdict, UNKNOWN), reason))
     return BuildAnswer(build, members)
 
 

@@ -37,7 +37,9 @@ from difflab.diff.fields import describe_missing
 from difflab.matrix.model import Fix, ProbeSpec
 from difflab.observation import Observation
 
-VERDICTS = ("present", "absent", "partial", "not-applicable", "error")
+NOT_JUDGED = "not-judged"
+"""A fix older than every pinned release (base unavailable) that no probe judges by behaviour."""
+VERDICTS = ("present", "absent", "partial", "not-applicable", NOT_JUDGED, "error")
 
 
 @dataclass
@@ -105,7 +107,7 @@ class BackportVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.verdict == "present"
+        return self.verdict in ("present", NOT_JUDGED)  # not judged: named in the report, not failed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -317,6 +319,8 @@ class _Verdicts:
 def judge_backport(fix: Fix, observations: dict[str, Observation]) -> BackportVerdict:
     """present / absent / partial / error for one fix from its probes' observations on one source."""
     verdict = _Verdicts(fix, forced_notes(observations))
+    if not fix.probes and fix.base.unavailable:
+        return verdict(NOT_JUDGED, f"no probe judges it; base unavailable ({fix.base.unavailable})", [], [])
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix", [], [])
     probes = [compare_probe(spec, observations.get(spec.name)) for spec in fix.probes]

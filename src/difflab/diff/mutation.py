@@ -20,6 +20,13 @@ from difflab.observation import Observation
 
 OUTCOMES = ("causal", "insensitive", "entangled", "mutation-stale", "error")
 HEAD_UNAVAILABLE = "head unavailable"
+NO_PROBE = "base unavailable and no probe"
+"""A fix older than every pinned release that no probe judges: no probe for a mutation to flip."""
+
+
+def revertible(fix: Fix) -> bool:
+    """Whether a reverting mutation has a probe to flip (a probe-less fix older than every pin has none)."""
+    return bool(fix.probes) or not fix.base.unavailable
 
 
 @dataclass
@@ -202,7 +209,7 @@ class HunkCoverage:
     @property
     def counted(self) -> bool:
         """A fix without a head source has nothing to revert: it is not counted."""
-        return not self.note.startswith(HEAD_UNAVAILABLE)
+        return not self.note.startswith((HEAD_UNAVAILABLE, NO_PROBE))
 
     @property
     def uncovered(self) -> list[str]:
@@ -229,8 +236,10 @@ def hunk_coverage(fixes: list[Fix], heads: dict[str, Any], results: list[Mutatio
     """Per fix: hunks with a causal mutation. A fix without a head source has nothing to revert (not counted)."""
     return [
         fix_coverage(fix, results)
-        if fix.id in heads
-        else HunkCoverage(fix.id, [h.id for h in fix.hunks], [], f"{HEAD_UNAVAILABLE}: not counted")
+        if fix.id in heads and revertible(fix)
+        else HunkCoverage(
+            fix.id, [h.id for h in fix.hunks], [], f"{HEAD_UNAVAILABLE if revertible(fix) else NO_PROBE}: not counted"
+        )
         for fix in fixes
     ]
 

@@ -94,6 +94,8 @@ class FixVerdict:
 
 
 def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None) -> list[FieldResult]:
+    if base is not None and base.status == "unavailable":
+        return _head_fields(spec, head)
     bf = base.fields if base and base.ok else {}
     hf = head.fields if head and head.ok else {}
     out = []
@@ -105,6 +107,16 @@ def _fields(spec: ProbeSpec, base: Observation | None, head: Observation | None)
         b, h = bf.get(name), hf.get(name)
         ok = same(b, dv) and (head is None or not head.ok or same(h, dv))
         out.append(FieldResult(name, "control", b, h, dv, dv, ok))
+    return out
+
+
+def _head_fields(spec: ProbeSpec, head: Observation | None) -> list[FieldResult]:
+    """A base with no source (a fix older than every pin): each field is judged on the head alone."""
+    hf = head.fields if head and head.ok else {}
+    out = [
+        FieldResult(n, "expect", None, hf.get(n), db, dh, same(hf.get(n), dh)) for n, (db, dh) in spec.expect.items()
+    ]
+    out += [FieldResult(n, "control", None, hf.get(n), dv, dv, same(hf.get(n), dv)) for n, dv in spec.controls.items()]
     return out
 
 
@@ -141,12 +153,9 @@ def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | 
     def done(verdict: str, reason: str) -> ProbeDiff:
         return ProbeDiff(spec.name, verdict, reason, bm.value, hm.value, fields, base, head)
 
-    if bm is Match.ERROR:
-        return done("error", f"base: {_why(base, spec)}")
-    if head_unavailable:
-        assert head is not None
-        shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
-        return done("unavailable", f"head unavailable: {head.error}; base {shown}")
+    one_side = _one_side_unavailable(spec, base, head, bm, hm)
+    if one_side:
+        return done(*one_side)
     if hm is Match.ERROR:
         return done("error", f"head: {_why(head, spec)}")
     never = describe_missing(spec, base, head)
@@ -160,6 +169,38 @@ def _judge_probe(spec: ProbeSpec, base: Observation | None, head: Observation | 
     if hm is not Match.HEAD:
         return done("not-fixed", f"head does not show the fix: {_mismatch(spec, head, 1)}")
     return done("confirmed", "base shows the bug, head the fix, controls equal")
+
+
+def _one_side_unavailable(
+    spec: ProbeSpec, base: Observation | None, head: Observation | None, bm: Match, hm: Match
+) -> tuple[str, str] | None:
+    """The verdict when a side cannot be compared: no source (a fix in no release yet, or older than
+    every pin; the other side is still judged and said, so ``unavailable`` never hides a crashed
+    probe), or a base that errored. None: both sides are there to compare."""
+    if base is not None and base.status == "unavailable":
+        if hm is Match.ERROR:
+            return "error", f"head: {_why(head, spec)}"
+        shown = "shows the fix" if hm is Match.HEAD else f"does not show the fix ({hm.value})"
+        return "unavailable", f"base unavailable: {base.error}; head {shown}"
+    if bm is Match.ERROR:
+        return "error", f"base: {_why(base, spec)}"
+    if head is not None and head.status == "unavailable":
+        shown = "shows the bug" if bm is Match.BASE else f"does not show the bug ({bm.value})"
+        return "unavailable", f"head unavailable: {head.error}; base {shown}"
+    return None
+
+
+def _declared_unavailable(fix: Fix, base: dict[str, Observation], head: dict[str, Observation]) -> bool:
+    """Whether the matrix declares a side unavailable, and every side the observations lack is one it declares.
+
+    An ``unavailable`` verdict passes only then: a head with no source passes for a fix in no release yet,
+    a base with none for a fix older than every pin, never the other way round (a side the matrix pins
+    that came back without a source is a broken run, not the declared gap).
+    """
+    declared = {side for side in SIDES if getattr(fix, side).unavailable}
+    observed = {"base": base, "head": head}
+    lacking = {side for side in SIDES if any(o.status == "unavailable" for o in observed[side].values())}
+    return bool(declared) and lacking <= declared
 
 
 _PRECEDENCE = ("error", "control-drift", "not-reproduced", "not-fixed", "unavailable", "confirmed")
@@ -182,12 +223,14 @@ def judge_fix(
             title=fix.title,
             verdict=v,
             reason=reason,
-            expected_unavailable=bool(fix.head.unavailable or fix.base.unavailable),
+            expected_unavailable=_declared_unavailable(fix, base, head),
             base=base_label,
             head=head_label,
             probes=probes,
         )
 
+    if not fix.probes and fix.base.unavailable:
+        return verdict("unavailable", f"base unavailable: {fix.base.unavailable}; no probe judges it by behaviour", [])
     if not fix.probes:
         return verdict("error", "no probes declared for this fix in the matrix yet", [])
     diffs = [judge_probe(spec, base.get(spec.name), head.get(spec.name)) for spec in fix.probes]

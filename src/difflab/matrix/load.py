@@ -372,14 +372,21 @@ def _fix(w: _Where, index: int, raw: Any, releases: dict[str, ReleasePin]) -> Fi
 
 
 def _sides(w: _Where, where: str, table: dict[str, Any], releases: dict[str, ReleasePin]) -> tuple[SidePin, SidePin]:
-    """The fix's base (where the bug is shown: must be available) and head."""
+    """The fix's base (where the bug is shown) and head.
+
+    One side may be ``unavailable`` with its reason: a fix in no release yet (head), or one older
+    than every pinned release (base: the bug cannot be shown, the fix can still be seen on the head).
+    """
     for side in ("base", "head"):
         if side not in table:
             raise w.fail(f"{where}.{side}", "missing")
     base = _side(w, f"{where}.base", table["base"], releases)
     head = _side(w, f"{where}.head", table["head"], releases)
-    if base.unavailable:
-        raise w.fail(f"{where}.base", "the base side must be available: it is where the bug is shown")
+    if base.unavailable and head.unavailable:
+        raise w.fail(f"{where}.base", "base and head are both unavailable: at least one side needs a release or commit")
+    commits = table.get("commits")
+    if base.unavailable and isinstance(commits, dict) and "base" in commits:
+        raise w.fail(f"{where}.commits.base", "the base is declared unavailable: give its commit as base, or neither")
     return base, head
 
 

@@ -14,7 +14,7 @@ from difflab.report.markdown import declared as declared_values
 
 SCHEMA = 2
 """``backport.json``'s schema version."""
-ICON = {"present": "✅", "absent": "❌", "partial": "⚠️", "error": "💥"}
+ICON = {"present": "✅", "absent": "❌", "partial": "⚠️", "not-judged": "⏸️", "error": "💥"}
 
 
 def backport_document(fork: dict[str, Any], verdicts: list[BackportVerdict]) -> dict[str, Any]:
@@ -38,7 +38,8 @@ def write_backport_junit(path: Path, verdicts: list[BackportVerdict]) -> None:
 def _cases(verdicts: list[BackportVerdict]) -> Iterator[Case]:
     for v in verdicts:
         if not v.probes:
-            yield Case(f"backport.{v.id}", "(no probes)", "error", v.reason, "error")
+            outcome = "skipped" if v.verdict == "not-judged" else "error"
+            yield Case(f"backport.{v.id}", "(no probes)", outcome, v.reason, "" if outcome == "skipped" else "error")
         for p in v.probes:
             if p.like in ("error", "control-drift", "other"):
                 outcome, kind = "error", p.like

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from difflab.diff.containment import ERROR, NOT_APPLICABLE, ContainmentTable
+from difflab.diff.containment import ERROR, NOT_APPLICABLE, NOT_JUDGED, ContainmentTable
 from difflab.report.grid import switch_notes
 from difflab.report.junit import Case, write_cases
 from difflab.report.markdown import cell as markdown_cell
@@ -95,7 +95,7 @@ def junit_cases(t: ContainmentTable) -> Iterable[Case]:
             elif not c.agrees:
                 outcome, kind = "failed", "unexpected"
                 message = f"expected {c.expected}, got {message}"
-            elif c.verdict == NOT_APPLICABLE:
+            elif c.verdict in (NOT_APPLICABLE, NOT_JUDGED):
                 outcome, kind = "skipped", ""
             else:
                 outcome, kind = "passed", ""

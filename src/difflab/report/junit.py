@@ -85,7 +85,9 @@ def write_cases(path: Path, suite_name: str, cases: Iterable[Case]) -> None:
 def verdict_cases(verdicts: list[FixVerdict]) -> Iterable[Case]:
     """One case per fix x probe: passes when the probe's own verdict is ``confirmed``."""
     for v in verdicts:
-        if not v.probes:
+        if not v.probes and v.verdict == "unavailable" and v.expected_unavailable:
+            yield Case(f"fix.{v.id}", "(no probes)", "skipped", v.reason)
+        elif not v.probes:
             yield Case(f"fix.{v.id}", "(no probes)", "error", v.reason, "error")
         for p in v.probes:
             message = f"{p.verdict}: {p.reason}"

@@ -2,7 +2,7 @@
 
 Written beside a ``difflab selfcheck`` run's other files, or beside a ``difflab run --selfcheck``
 run's verdicts. One JUnit case per mutation (causal passes, an error errs, anything else fails)
-and one per fix for its hunk coverage.
+and one per fix for its hunk coverage (skipped for a fix with nothing to revert).
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def document(results: list[MutationResult], coverage: list[HunkCoverage]) -> dic
 
 
 def _coverage_case(c: HunkCoverage) -> Case:
-    if c.uncovered and c.counted:
+    if not c.counted:  # nothing to revert (no head source, or no probe): said, never a passed case
+        return Case(f"selfcheck.{c.fix}", "hunk-coverage", "skipped", c.note, "")
+    if c.uncovered:
         return Case(
             f"selfcheck.{c.fix}",
             "hunk-coverage",

@@ -25,6 +25,7 @@ from difflab.diff.mutation import (
     hunk_coverage,
     judge_mutation,
     not_run,
+    revertible,
     selfcheck_passed,
 )
 from difflab.matrix import Fix, Mutation
@@ -80,7 +81,8 @@ def run_selfcheck(
     """Apply every mutation of every fix to its head source and judge the probes' reaction."""
     results: list[MutationResult] = []
     pending: list[Pending] = []
-    for fix in (f for f in fixes if f.id in heads):  # no head source (unavailable): nothing to revert
+    # no head source (unavailable), or no probe to flip (older than every pin): nothing to revert
+    for fix in (f for f in fixes if f.id in heads and revertible(f)):
         mutated, judged = mutate(fix, heads[fix.id])
         pending += mutated
         results += judged
@@ -98,8 +100,13 @@ def run_selfcheck(
 def materialise_heads(
     fixes: list[Fix], backend: SourceBackend, say: Say, matrix_path: Path | None = None
 ) -> dict[str, MaterialisedSource]:
-    """Each fix's head under the chosen source kind; a head the matrix marks unavailable is said and left out."""
+    """Each fix's head under the chosen source kind; a head the matrix marks unavailable, or a fix with no
+    probe to flip, is said and left out."""
     heads: dict[str, MaterialisedSource] = {}
+    for fix in fixes:
+        if not revertible(fix):
+            say(f"{fix.id}: base unavailable ({fix.base.unavailable}) and no probe; nothing to revert")
+    fixes = [f for f in fixes if revertible(f)]
     for (fix_id, _side), src in materialise_sides(fixes, backend, say, ("head",), matrix_path).items():
         if isinstance(src, str):
             say(f"{fix_id}: head unavailable ({src}); nothing to revert")
