@@ -19,6 +19,13 @@ abort) shows what the probe reads without it.
 Controls (equal with and without the fix): a receiver that never learnt its
 prefill ranks is released at once; the drained request ends released exactly
 once. Fields read ``mooncake:<field>``.
+
+The same scenarios run on the build's NIXL decode server (``nixl:<field>``), which
+judges #35360, the NIXL port: there the shared decode queue holds the request
+on every release, and what NIXL's own code decides is whether the prefill ranks'
+drain acks, read by NIXL's decode listener thread (the build's wire form,
+:func:`harness.decode_kv.deliver_abort_ack`), end the hold -- without the port
+the hold can only end by its timeout.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from difflab.probe.kit import Kit
 from harness.decode_kv import DecodeRank, DecodeSide, decode_side, deliver_abort_ack, prefill_endpoint
 from harness.features import Machinery
 
-BACKEND = "mooncake"
+BACKENDS = ("mooncake", "nixl")  # #35049 on Mooncake; its NIXL port #35360 on NIXL
 PREFILL_RANKS = 2
 
 # --- version adaptations (one place, detected by feature) -----------------------
@@ -80,6 +87,8 @@ def observe(kit: Kit) -> dict[str, Any]:
         r"Decode transfer failed for request .* with exception KVTransferError\(bootstrap_room=\d+\): "
         r"Aborted by AbortReq\.$"
     )
-    with decode_side(kit, BACKEND, prefill_ranks=PREFILL_RANKS) as side:
-        fields = deferral(side) | unnotifiable(side)
-    return kit.on_backend(BACKEND, fields)
+    fields: dict[str, Any] = {}
+    for backend in BACKENDS:
+        with decode_side(kit, backend, prefill_ranks=PREFILL_RANKS) as side:
+            fields |= kit.on_backend(backend, deferral(side) | unnotifiable(side))
+    return fields
