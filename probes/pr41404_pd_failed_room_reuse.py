@@ -48,7 +48,7 @@ from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import Pair, build_pair, memory_event, wired
-from harness.pd_sides import decode_side, prefill_side
+from harness.pd_sides import prefill_side, wired_decode_side
 
 PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
@@ -74,9 +74,9 @@ ORDERING = (
 
 
 def _reuse(kit: Kit, backend: str, *, lands: bool, client_abort: bool = False) -> dict[str, Any]:
-    pair: Pair = build_pair(kit, backend, force_deferred=True)
-    with wired(pair):
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode_side(pair, DECODE_CAPACITY, force_deferred=True))
+    pair: Pair = build_pair(kit, backend, reuse_memory=True)
+    with wired(pair, bare_decode=False), wired_decode_side(pair, DECODE_CAPACITY, force_deferred=True) as decode:
+        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
         pair.wire.hold = True
         flow.arrive("donor", PROMPT)
         flow.tick()

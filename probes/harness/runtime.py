@@ -98,6 +98,22 @@ def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[
                     setattr(module, key, original)
 
 
+_LOADED: list[Any] = [None, []]
+"""(``sys.modules`` size, its ``sglang`` entries) when last listed: :func:`sglang_modules`."""
+
+
+def sglang_modules() -> list[tuple[str, Any]]:
+    """The loaded ``sglang`` modules, (name, module), listed again only once more modules were loaded.
+
+    ``sys.modules`` holds thousands of entries (torch, transformers, ...); a start-up swaps
+    names in SGLang's own modules several times, so the list is kept while nothing new loads.
+    """
+    if _LOADED[0] != len(sys.modules):
+        _LOADED[1] = [(n, m) for n, m in list(sys.modules.items()) if n.startswith("sglang") and m is not None]
+        _LOADED[0] = len(sys.modules)
+    return _LOADED[1]
+
+
 _SITES: dict[int, tuple[set[str], list[tuple[Any, str]]]] = {}
 """id(original) -> (modules already scanned, their (module, global) pairs bound to it)."""
 
@@ -105,8 +121,8 @@ _SITES: dict[int, tuple[set[str], list[tuple[Any, str]]]] = {}
 def _import_sites(original: Any, owner: Any) -> list[tuple[Any, str]]:
     """(module, global) pairs of loaded ``sglang`` modules bound to ``original``; modules loaded since are scanned."""
     scanned, sites = _SITES.setdefault(id(original), (set(), []))
-    for module_name, module in list(sys.modules.items()):
-        if module_name in scanned or not module_name.startswith("sglang"):
+    for module_name, module in sglang_modules():
+        if module_name in scanned:
             continue
         scanned.add(module_name)
         if module is None or module is owner:
