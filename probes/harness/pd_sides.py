@@ -290,7 +290,8 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
             stack.enter_context(_deferred_switch().override(True))
         stack.enter_context(transport.contexts())
         stack.enter_context(transport.receiver_sockets())
-        stack.enter_context(_watched_receivers(pair))
+        receivers: list[str] = []
+        stack.enter_context(_watched_receivers(pair, receivers))
         stack.enter_context(_virtual_clock(pair))
         side = start(
             kit,
@@ -314,15 +315,24 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
         pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
         pair.waiting_timeout_s = float(prealloc.kv_manager.waiting_timeout)  # what its receivers compare
         yield DecodeSide(scheduler, prealloc, transfer, streamed=side.seen["sockets"].streamed, wired=True)
+        kit.event(
+            "decode_server",
+            backend=pair.backend,
+            built_by="run_scheduler_process",
+            scheduler=type(scheduler).__qualname__,
+            kv_manager=type(prealloc.kv_manager).__qualname__,
+            receivers=sorted(set(receivers)),
+        )
 
 
 @contextlib.contextmanager
-def _watched_receivers(pair: Pair) -> Iterator[None]:
+def _watched_receivers(pair: Pair, classes: list[str]) -> Iterator[None]:
     """The build's receiver class, each instance's ``send_metadata`` watched: the loopback learns the destination.
 
     ``get_kv_class`` is the build's own, as the decode queue module looks it up; a receiver it
     names is constructed as the build constructs it, and only its published page indices and
-    metadata slot are read (then the build's ``send_metadata`` runs unchanged).
+    metadata slot are read (then the build's ``send_metadata`` runs unchanged). ``classes``
+    collects the class name of every receiver made.
     """
     from sglang.srt.disaggregation import decode
     from sglang.srt.disaggregation.utils import KVClassType
@@ -338,6 +348,7 @@ def _watched_receivers(pair: Pair) -> Iterator[None]:
 
         def build(*args: Any, **kwargs: Any) -> Any:
             receiver = cls(*args, **kwargs)
+            classes.append(type(receiver).__qualname__)
             room, publish = int(receiver.bootstrap_room), receiver.send_metadata
 
             def send_metadata(kv_indices: Any, aux_index: Any = None, *rest: Any, **more: Any) -> Any:
