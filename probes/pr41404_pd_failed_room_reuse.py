@@ -1,7 +1,8 @@
 """A failed room's pages reused while a write the room posted is still in flight, on the CPU pair.
 
 Same pair as :mod:`pr36988_pd_incident` (real KV memory and queues of both ranks, the
-loopback wire in the role of each transport back end). The donor's room fails at the
+decode server the build's start-up builds on each transport back end, the loopback wire
+in the prefill rank's role). The donor's room fails at the
 prefill rank -- a prefill fault, not a failed send: the prefill rank concludes the room
 Failed and tells decode, while the chunk it already posted is still on the wire. The
 prefill rank drains that write before it acks an ABORT (the loopback's rule for every

@@ -1,10 +1,11 @@
 """The in-flight write race on the CPU pair: a write that lands after decode gave its pages away.
 
 Same pair as :mod:`pr36988_pd_incident` (real KV memory and queues of both ranks,
-the loopback wire). Each scenario holds the donor's write on the wire, lets the
-build decide what becomes of the donor's decode pages, gives a new request (the
-victim) what the allocator hands out, lands the victim's own write, then lands
-the donor's held write late -- and the victim's next decode step reads its pages.
+the decode server the build's start-up builds, the loopback wire in the prefill rank's
+role). Each scenario holds the donor's write on the wire, lets the build decide
+what becomes of the donor's decode pages, gives a new request (the victim) what the
+allocator hands out, lands the victim's own write, then lands the donor's held write
+late -- and the victim's next decode step reads its pages.
 
 - ``abort_in_flight``: the client aborts the donor on decode (``Scheduler.abort_request``)
   while its write is in flight. Without deferred release (the build's default before

@@ -12,7 +12,9 @@ The requests move through the build's own queue methods: the prefill door
 prefill result step (``process_batch_result_disagg_prefill`` with the real
 ``send_kv_chunk``), the decode door (``DecodePreallocQueue.add``), the decode
 pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``) and
-the KV release (``release_kv_cache``). The queues are built without their
+the KV release (``release_kv_cache``). The probes' decode side is the decode server
+the build's own start-up builds (:func:`harness.pd_sides.wired_decode_side`); the
+prefill side, and the schedule search's decode side, are built without their
 constructors (:mod:`harness.strict`: every attribute the pair does not give comes
 from the build's own constructor code, or the probe errors).
 
@@ -22,10 +24,11 @@ Faked are the model, the GPU and the network only:
   allocator and pool as the scheduler would and writes the request's own marker into
   every slot it got; :meth:`Pair.attend` is the fake attention: it reads exactly the
   slots ``req_to_token`` maps for the request's sequence, and nothing else;
-- the transfer back end: the build's ``get_kv_class`` is asked for the back end's
-  sender and receiver as the queues ask, and answers with the loopback pair
-  (:class:`harness.pages.Loopback`), which copies page contents exactly as the sender's
-  page indices and the receiver's published destination say;
+- the transfer back end: prefill's ``get_kv_class`` answers with the loopback sender
+  (:class:`harness.pages.Loopback` moves the pages), which copies page contents exactly as
+  the sender's page indices and the receiver's published destination say; on a wired
+  decode side the receiver and KV manager are the back end's own (:class:`BuildEnd`), on
+  a bare one the loopback's (:class:`LoopbackEnd`);
 - the zmq/HTTP side: the output streamer records the status each client received.
 
 Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.
