@@ -51,7 +51,7 @@ from difflab.probe.kit import Kit
 from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import PAGE, build_pair, memory_event, wired
-from harness.pd_sides import decode_side, prefill_side
+from harness.pd_sides import prefill_side, wired_decode_side
 
 LONG = 24
 OVERLONG = 28
@@ -103,14 +103,14 @@ def _request(flow: Flow, rid: str, prompt: int, *, rejection: str | None = None)
         f"{rid}.prefill_admitted": admitted,
         f"{rid}.client_status": next((s for s in prefill_streamed if s is not None), decode_status),
         f"{rid}.decode_status": decode_status,
-        f"{rid}.decode_waited_timeout": waited and int(decode_req.bootstrap_room) in pair.timed_out,
+        f"{rid}.decode_waited_timeout": waited and pair.end.timed_out(int(decode_req.bootstrap_room), decode_req),
     }
 
 
 def _incident(kit: Kit, backend: str) -> dict[str, Any]:
-    pair = build_pair(kit, backend)
-    with wired(pair):
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode_side(pair, DECODE_CAPACITY))
+    pair = build_pair(kit, backend, reuse_memory=True)
+    with wired(pair, bare_decode=False), wired_decode_side(pair, DECODE_CAPACITY) as decode:
+        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
         fields = _request(flow, "long", LONG)
         kit.allow_log(re.escape("Decode transfer failed for request"))
         fields |= {
@@ -120,7 +120,11 @@ def _incident(kit: Kit, backend: str) -> dict[str, Any]:
         kit.event("ordering", steps=list(ORDERING))
         kit.event("loopback", backend=backend, decisions=list(pair.decisions))
         kit.event("leaks", found=[vars(leak) for leak in flow.leaks])
-        kit.event("waiting_timeout", seconds=pair.waiting_timeout_s, source="SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
+        kit.event(
+            "waiting_timeout",
+            seconds=pair.waiting_timeout_s,
+            source="SGLANG_DISAGGREGATION_WAITING_TIMEOUT, as the decode KV manager read it",
+        )
     return fields
 
 

@@ -1,7 +1,8 @@
 """A failed room's pages reused while a write the room posted is still in flight, on the CPU pair.
 
 Same pair as :mod:`pr36988_pd_incident` (real KV memory and queues of both ranks, the
-loopback wire in the role of each transport back end). The donor's room fails at the
+decode server the build's start-up builds on each transport back end, the loopback wire
+in the prefill rank's role). The donor's room fails at the
 prefill rank -- a prefill fault, not a failed send: the prefill rank concludes the room
 Failed and tells decode, while the chunk it already posted is still on the wire. The
 prefill rank drains that write before it acks an ABORT (the loopback's rule for every
@@ -48,7 +49,7 @@ from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import Pair, build_pair, memory_event, wired
-from harness.pd_sides import decode_side, prefill_side
+from harness.pd_sides import prefill_side, wired_decode_side
 
 PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
@@ -74,9 +75,9 @@ ORDERING = (
 
 
 def _reuse(kit: Kit, backend: str, *, lands: bool, client_abort: bool = False) -> dict[str, Any]:
-    pair: Pair = build_pair(kit, backend, force_deferred=True)
-    with wired(pair):
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode_side(pair, DECODE_CAPACITY, force_deferred=True))
+    pair: Pair = build_pair(kit, backend, reuse_memory=True)
+    with wired(pair, bare_decode=False), wired_decode_side(pair, DECODE_CAPACITY, force_deferred=True) as decode:
+        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
         pair.wire.hold = True
         flow.arrive("donor", PROMPT)
         flow.tick()

@@ -1,10 +1,11 @@
 """The in-flight write race on the CPU pair: a write that lands after decode gave its pages away.
 
 Same pair as :mod:`pr36988_pd_incident` (real KV memory and queues of both ranks,
-the loopback wire). Each scenario holds the donor's write on the wire, lets the
-build decide what becomes of the donor's decode pages, gives a new request (the
-victim) what the allocator hands out, lands the victim's own write, then lands
-the donor's held write late -- and the victim's next decode step reads its pages.
+the decode server the build's start-up builds, the loopback wire in the prefill rank's
+role). Each scenario holds the donor's write on the wire, lets the build decide
+what becomes of the donor's decode pages, gives a new request (the victim) what the
+allocator hands out, lands the victim's own write, then lands the donor's held write
+late -- and the victim's next decode step reads its pages.
 
 - ``abort_in_flight``: the client aborts the donor on decode (``Scheduler.abort_request``)
   while its write is in flight. Without deferred release (the build's default before
@@ -46,7 +47,7 @@ from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, wired
 from harness.pd_search import _failed_send_acks
-from harness.pd_sides import decode_side, prefill_side
+from harness.pd_sides import prefill_side, wired_decode_side
 
 PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
@@ -74,14 +75,13 @@ ORDERING = (
 
 
 def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bool = False) -> dict[str, Any]:
-    pair: Pair = build_pair(kit, backend, force_deferred=force_deferred)
+    pair: Pair = build_pair(kit, backend, reuse_memory=True)
     pair.acks_failed_send = _failed_send_acks(kit, backend) if fail else None
-    with wired(pair):
-        flow = Flow(
-            pair,
-            prefill_side(pair, PREFILL_LIMIT),
-            decode_side(pair, DECODE_CAPACITY, force_deferred=force_deferred),
-        )
+    with (
+        wired(pair, bare_decode=False),
+        wired_decode_side(pair, DECODE_CAPACITY, force_deferred=force_deferred) as decode,
+    ):
+        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
         pair.wire.hold = True
         flow.arrive("donor", PROMPT)
         flow.tick()
@@ -112,7 +112,7 @@ def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bo
             "defaults",
             backend=backend,
             queue_defers=bool(flow.decode.transfer.enable_deferred_kv_release),
-            manager_defers=pair.manager.enable_deferred_decode_kv_release,
+            manager_defers=pair.end.defers,
             failed_send_acks=pair.acks_failed_send,
         )
     return {

@@ -141,3 +141,23 @@ def test_the_schedule_search_finds_the_leak_on_0_5_19_and_repeats_itself(tmp_pat
     leak = doc["leaks"][0]
     assert leak["victim"] != leak["owner"] and leak["pages"] and leak["schedule"]
     assert doc["runs"] >= 25 and doc["cpu_seconds"] > 0 and doc["schedules_per_second_per_core"] > 0
+
+
+MANAGERS = {"mooncake": "MooncakeKVManager", "nixl": "NixlKVManager", "mori": "MoriKVManager"}
+RECEIVERS = {"mooncake": "MooncakeKVReceiver", "nixl": "NixlKVReceiver", "mori": "MoriKVReceiver"}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_decode_side_is_the_server_the_builds_start_up_builds(observed, release) -> None:
+    """Every pair scenario's decode side came out of the build's run_scheduler_process, on the back end's
+    own manager and receiver classes (the loopback plays only the prefill rank)."""
+    for probe in (PROBE, RACE, REUSE):
+        obs = observed[release] if probe == PROBE else observed[(probe, release)]
+        servers = [e for e in obs.events if e["event"] == "decode_server"]
+        assert servers, probe
+        for server in servers:
+            backend = server["backend"]
+            assert server["built_by"] == "run_scheduler_process"
+            assert server["scheduler"] == "Scheduler"
+            assert server["kv_manager"] == MANAGERS[backend], (probe, server)
+            assert server["receivers"] == [RECEIVERS[backend]], (probe, server)

@@ -46,7 +46,7 @@ class Flow:
         if reject_on_prefill is not None:
             reject_at_intake(self.pair.kit, p, reject_on_prefill)
         self.prefill.queue.add(p, NUM_KV_HEADS)
-        self.decode.prealloc.add(d)
+        self.decode.admit(d)
 
     # -- decode: reserve pages and publish them --------------------------------
     def preallocate(self) -> list[str]:
@@ -189,8 +189,9 @@ class Flow:
                 self.leaks.append(Leak(read.rid, owner, pages, True))
 
     def status(self, side: str, rid: str) -> list[int | None]:
-        sent = (self.prefill if side == "prefill" else self.decode).sent
-        return list(sent.get(rid, []))
+        if side == "prefill":
+            return list(self.prefill.sent.get(rid, []))
+        return self.decode.statuses(rid)
 
     def decode_outcome(self, rid: str) -> int | None:
         """What decode answered: 200 when it decoded the request, its abort status, or None (still waiting)."""

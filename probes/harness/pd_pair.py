@@ -12,7 +12,9 @@ The requests move through the build's own queue methods: the prefill door
 prefill result step (``process_batch_result_disagg_prefill`` with the real
 ``send_kv_chunk``), the decode door (``DecodePreallocQueue.add``), the decode
 pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``) and
-the KV release (``release_kv_cache``). The queues are built without their
+the KV release (``release_kv_cache``). The probes' decode side is the decode server
+the build's own start-up builds (:func:`harness.pd_sides.wired_decode_side`); the
+prefill side, and the schedule search's decode side, are built without their
 constructors (:mod:`harness.strict`: every attribute the pair does not give comes
 from the build's own constructor code, or the probe errors).
 
@@ -22,10 +24,11 @@ Faked are the model, the GPU and the network only:
   allocator and pool as the scheduler would and writes the request's own marker into
   every slot it got; :meth:`Pair.attend` is the fake attention: it reads exactly the
   slots ``req_to_token`` maps for the request's sequence, and nothing else;
-- the transfer back end: the build's ``get_kv_class`` is asked for the back end's
-  sender and receiver as the queues ask, and answers with the loopback pair
-  (:class:`harness.pages.Loopback`), which copies page contents exactly as the sender's
-  page indices and the receiver's published destination say;
+- the transfer back end: prefill's ``get_kv_class`` answers with the loopback sender
+  (:class:`harness.pages.Loopback` moves the pages), which copies page contents exactly as
+  the sender's page indices and the receiver's published destination say; on a wired
+  decode side the receiver and KV manager are the back end's own (:class:`BuildEnd`), on
+  a bare one the loopback's (:class:`LoopbackEnd`);
 - the zmq/HTTP side: the output streamer records the status each client received.
 
 Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.
@@ -247,6 +250,91 @@ class LoopbackManager(_Strict):
         self.acks.pop(bootstrap_room, None)
 
 
+class LoopbackEnd:
+    """The decode end of a bare pair (the schedule search): the loopback receivers and manager."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+
+    @property
+    def defers(self) -> bool:
+        return bool(self.pair.manager.enable_deferred_decode_kv_release)
+
+    def landed(self, room: int) -> None:
+        receiver = self.pair.receivers.get(room)
+        if receiver is not None and receiver.state == "Transferring":
+            receiver.state = "Success"
+
+    def failed(self, room: int, reason: str) -> None:
+        receiver = self.pair.receivers.get(room)
+        if receiver is not None and receiver.state in ("Transferring", "WaitingForInput"):
+            receiver.state = "Failed"
+
+    def ack(self, room: int) -> None:
+        self.pair.manager.note_abort_ack(room)
+
+    def timed_out(self, room: int, req: Any) -> bool:
+        return room in self.pair.timed_out
+
+
+class BuildEnd:
+    """The decode end of a wired pair: the build's own KV manager and receivers.
+
+    Built by :func:`harness.pd_sides.wired_decode_side`.
+
+    The loopback plays the prefill rank and its transfer engine only. What decode's receive
+    path would conclude about a room -- every page landed (``Success``), or the prefill rank
+    reported the room ``Failed`` -- goes through the build's manager (``update_status``,
+    ``record_failure``), as :mod:`pr41404_deferred_release` reports a prefill failure. Decode's
+    ABORTs are read off the wire the build's receivers send them on (:meth:`heard`), and a
+    drain ack is handed to the manager in the build's wire form (:func:`harness.decode_kv.deliver_abort_ack`).
+    """
+
+    def __init__(self, pair: Pair, kv_mgr: Any, wire: Any) -> None:
+        self.pair, self.kv_mgr = pair, kv_mgr
+        self.aborts: dict[int, list[bytes]] = {}
+        wire.listeners.append(self.heard)
+
+    @property
+    def defers(self) -> bool:
+        return bool(self.kv_mgr.enable_deferred_decode_kv_release)
+
+    def heard(self, endpoint: str, frames: list[bytes]) -> None:
+        """A message decode sent the prefill rank: an ABORT reaches it (the loopback drops, then acks)."""
+        if len(frames) > 1 and frames[0] == b"ABORT":
+            room = int(frames[1])
+            self.aborts[room] = frames
+            self.pair.abort_room(room)
+
+    def _open(self, room: int) -> bool:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        status = self.kv_mgr.request_status.get(room)
+        return status is not None and status not in (KVPoll.Success, KVPoll.Failed)
+
+    def landed(self, room: int) -> None:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if self._open(room):
+            self.kv_mgr.update_status(room, KVPoll.Success)
+
+    def failed(self, room: int, reason: str) -> None:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if self._open(room):
+            self.kv_mgr.record_failure(room, reason)
+            self.kv_mgr.update_status(room, KVPoll.Failed)
+
+    def ack(self, room: int) -> None:
+        from harness.decode_kv import deliver_abort_ack
+
+        deliver_abort_ack(self.kv_mgr, room, 0, self.aborts[room])
+
+    def timed_out(self, room: int, req: Any) -> bool:
+        """Decode's own receiver gave up waiting: the abort it finished with names the build's timeout."""
+        return "timed out" in str(getattr(req.finished_reason, "message", ""))
+
+
 @dataclass
 class Rank:
     """One rank's real KV memory."""
@@ -301,6 +389,24 @@ def _metadata_buffers_kwargs() -> dict[str, Any]:
     if "max_sampling_mask_tokens" in params and params["max_sampling_mask_tokens"].default is inspect.Parameter.empty:
         kwargs["max_sampling_mask_tokens"] = 0
     return kwargs
+
+
+def metadata_like(schema: Any, current: Any) -> Any:
+    """Prefill's metadata buffers in decode's wire schema (the build requires P and D to match), ``current``'s size.
+
+    Each tensor of ``schema`` (decode's ``MetadataBuffers``, as the build's start-up made it) is
+    remade with ``current``'s row count, zeroed; every other attribute is ``schema``'s.
+    """
+    import copy
+
+    import torch
+
+    rows = getattr(current, _metadata_fields(current)[0]).shape[0]
+    made = copy.copy(schema)
+    for name in _metadata_fields(schema):
+        tensor = getattr(schema, name)
+        setattr(made, name, torch.zeros((rows, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device))
+    return made
 
 
 def _metadata_buffers(size: int) -> Any:
@@ -385,8 +491,9 @@ class Pair:
     prefill: Rank
     decode: Rank
     ledger: Ledger
-    manager: LoopbackManager
+    manager: LoopbackManager | None
     wire: Loopback = field(init=False)
+    end: LoopbackEnd | BuildEnd = field(init=False)
     senders: dict[int, LoopbackSender] = field(default_factory=dict)
     receivers: dict[int, LoopbackReceiver] = field(default_factory=dict)
     room_rid: dict[int, str] = field(default_factory=dict)
@@ -411,6 +518,14 @@ class Pair:
         )
         self.wire.decisions = self.decisions
         self.aborted_rooms: set[int] = set()
+        self.end = LoopbackEnd(self)
+        self._time: VirtualTime | None = None
+
+    def time(self) -> VirtualTime:
+        """The ``time`` module every swapped SGLang module reads: this pair's clock."""
+        if self._time is None:
+            self._time = VirtualTime(self)
+        return self._time
 
     # -- an ABORT reached the prefill rank: drop unposted chunks, ack once drained ---------
     def abort_room(self, room: int) -> None:
@@ -437,8 +552,7 @@ class Pair:
         self.decisions.append(f"room {room}: send reported failed, decode told Failed; the write stays in flight")
         if room in self.senders:
             self.senders[room].state = "Failed"
-        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
-            self.receivers[room].state = "Failed"
+        self.end.failed(room, f"room {room}: the transfer engine reported the send failed")
         self.maybe_ack(room)
 
     def prefill_fault(self, room: int) -> None:
@@ -450,12 +564,11 @@ class Pair:
         self.decisions.append(f"room {room}: prefill rank concluded the room Failed; its posted writes stay in flight")
         if room in self.senders:
             self.senders[room].state = "Failed"
-        if room in self.receivers and self.receivers[room].state in ("Transferring", "WaitingForInput"):
-            self.receivers[room].state = "Failed"
+        self.end.failed(room, f"room {room}: the prefill rank concluded the room Failed")
 
     def deliver_acks(self) -> None:
         for room in self.acks_in_flight:
-            self.manager.note_abort_ack(room)
+            self.end.ack(room)
         self.acks_in_flight.clear()
 
     def settled(self, room: int) -> None:
@@ -471,9 +584,7 @@ class Pair:
         for name in _metadata_fields(self.prefill.metadata):
             getattr(self.decode.metadata, name)[dst] = getattr(self.prefill.metadata, name)[src]
         sender.state = "Success"
-        receiver = self.receivers.get(room)
-        if receiver is not None and receiver.state == "Transferring":
-            receiver.state = "Success"
+        self.end.landed(room)
 
     # -- requests ------------------------------------------------------------
     def request(self, rid: str, prompt_len: int, *, max_new_tokens: int = 4) -> tuple[Any, Any]:
@@ -671,12 +782,17 @@ def build_pair(
 
 
 class VirtualTime:
-    """decode.py's ``time`` module with the pair's clock: deferred-release deadlines follow the lab's clock."""
+    """decode.py's ``time`` module with the pair's clock: deferred-release deadlines follow the lab's clock.
+
+    The base is a whole second, so a deadline the clock jumps exactly (``now - start >= timeout``
+    after ``clock += timeout``) is met exactly: with a fractional base the subtraction can round
+    below the timeout. One instance per pair (:meth:`Pair.time`), so every module reads one clock.
+    """
 
     def __init__(self, pair: Pair) -> None:
         import time as real
 
-        self._pair, self._real, self._base = pair, real, real.monotonic()
+        self._pair, self._real, self._base = pair, real, float(int(real.time()))
 
     def monotonic(self) -> float:
         return self._base + self._pair.clock
@@ -740,9 +856,11 @@ def one_rank_collectives() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def wired(pair: Pair) -> Iterator[None]:
-    """The back end's classes answered by the loopback where both queue modules look them up.
+def wired(pair: Pair, *, bare_decode: bool = True) -> Iterator[None]:
+    """The back end's classes answered by the loopback where the queue modules look them up.
 
+    Prefill's always; decode's only for a bare decode side (``bare_decode``): a wired one
+    (:func:`harness.pd_sides.wired_decode_side`) keeps the build's own receiver class.
     Also: the paged allocator's triton kernel replaced by the build's ``alloc_extend_naive``
     (the same allocation on a CPU; 0.5.22+ take that path themselves without triton).
     """
@@ -751,7 +869,8 @@ def wired(pair: Pair) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
-        stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
+        if bare_decode:
+            stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
         stack.enter_context(swapped(paged, "alloc_extend_kernel", _cpu_extend_kernel()))
-        stack.enter_context(swapped(decode, "time", VirtualTime(pair)))
+        stack.enter_context(swapped(decode, "time", pair.time()))
         yield

@@ -1,24 +1,47 @@
-"""The two schedulers of a :class:`harness.pd_pair.Pair` and the queues they own, real and bare.
+"""The two schedulers of a :class:`harness.pd_pair.Pair` and the queues they own.
 
-Prefill: a real ``Scheduler`` (no constructor) owning a real ``PrefillBootstrapQueue``;
-its result step is the real ``process_batch_result_disagg_prefill``, whose real
-``send_kv_chunk`` reads the request's ``req_to_token`` row and hands the page indices
-to the (loopback) sender. Decode: a real ``Scheduler`` owning a real
-``DecodePreallocQueue`` and ``DecodeTransferQueue`` over the decode rank's pools.
-Every attribute not given here is answered by the build's own constructor code
-(:mod:`harness.strict`) or fails the probe by name.
+Prefill (:func:`prefill_side`): a real ``Scheduler`` (no constructor) owning a real
+``PrefillBootstrapQueue``; its result step is the real ``process_batch_result_disagg_prefill``,
+whose real ``send_kv_chunk`` reads the request's ``req_to_token`` row and hands the page
+indices to the (loopback) sender. Every attribute not given here is answered by the build's
+own constructor code (:mod:`harness.strict`) or fails the probe by name.
+
+Decode, wired (:func:`wired_decode_side`, the probes): the decode server as the build's own
+start-up builds it (:func:`harness.server.start`: plugins, start-up patches, the build's
+scheduler class and mixin order, its ``init_disaggregation`` queues, metadata buffers and the
+back end's real KV manager), over the decode rank's tiny CPU pools; every request gets the
+receiver class the build's ``get_kv_class`` names, so a fork's receiver methods are the
+build's. Only the transfer edge is faked (:mod:`harness.transport`), and the loopback plays
+the prefill rank (:class:`harness.pd_pair.BuildEnd`).
+
+Decode, bare (:func:`decode_side`, the schedule search, which resets one pair per schedule
+where a wired side costs 50-150 ms to start): a real ``Scheduler`` owning a real
+``DecodePreallocQueue`` and ``DecodeTransferQueue`` built without their constructors, with
+the loopback receiver in the back end's role.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.gloo import single_rank_group
-from harness.pd_pair import BOOTSTRAP_HOST, BOOTSTRAP_PORT, Pair, _backend
+from harness.pd_pair import (
+    BOOTSTRAP_HOST,
+    BOOTSTRAP_PORT,
+    PAGE,
+    POOL_TOKENS,
+    REQ_ROWS,
+    BuildEnd,
+    Pair,
+    _backend,
+    metadata_like,
+)
 from harness.requests import fake_output_streamer
 from harness.scheduler import beam_coordinator
 from harness.strict import real_object
@@ -74,7 +97,20 @@ class DecodeSide:
     scheduler: Any
     prealloc: Any  # DecodePreallocQueue
     transfer: Any  # DecodeTransferQueue
-    sent: dict[str, list[int | None]]
+    sent: dict[str, list[int | None]] = field(default_factory=dict)
+    streamed: Callable[[str], list[int | None]] | None = None
+    """What a client received (wired: read off the build's own output sockets); ``sent`` otherwise."""
+    wired: bool = False
+
+    def admit(self, req: Any) -> None:
+        """The request reaches decode: the scheduler's own dispatch when wired, the prealloc door otherwise."""
+        if self.wired:
+            self.scheduler._add_request_to_queue(req)
+        else:
+            self.prealloc.add(req)
+
+    def statuses(self, rid: str) -> list[int | None]:
+        return self.streamed(rid) if self.streamed is not None else list(self.sent.get(rid, []))
 
 
 def prefill_side(pair: Pair, capacity: int) -> PrefillSide:
@@ -221,3 +257,128 @@ def decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False) -> D
     object.__setattr__(scheduler, "disagg_decode_prealloc_queue", prealloc)
     object.__setattr__(scheduler, "disagg_decode_transfer_queue", transfer)
     return DecodeSide(scheduler, prealloc, transfer, sent)
+
+
+# ---------------------------------------------------------------------------
+# The decode side as the build's start-up wires it.
+# ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False) -> Iterator[DecodeSide]:
+    """The decode server the build's ``run_scheduler_process`` builds, over the pair's decode memory.
+
+    Launch flags as an operator sets them for this tiny pool: ``--page-size`` the pair's page,
+    ``--max-total-tokens`` ``capacity``, ``--max-running-requests`` the pair's request rows,
+    ``--num-reserved-decode-tokens 0`` (the pool holds 32 tokens). Deferred release, where
+    forced, is the build's own switch (reported with its default). Held for the block: the
+    transfer edge, the virtual clock in the back-end modules, the receivers watched.
+    """
+    from harness.decode_kv import _deferred_switch, _import_transport, _report_switch_forced
+    from harness.server import Memory, start
+    from harness.transport import Transport
+
+    kit, rank = pair.kit, pair.decode
+    _import_transport(pair.backend)
+    transport = Transport(kit, pair.backend, prefill_ranks=1)
+    memory = Memory(
+        pools=lambda rows, tokens: (rank.req_to_token, rank.allocator, rank.kv),
+        tree_cache=lambda req_pool, allocator: rank.cache,
+        disable_radix_cache=True,
+    )
+    with contextlib.ExitStack() as stack:
+        if force_deferred:
+            _report_switch_forced(kit)
+            stack.enter_context(_deferred_switch().override(True))
+        stack.enter_context(transport.contexts())
+        stack.enter_context(transport.receiver_sockets())
+        receivers: list[str] = []
+        stack.enter_context(_watched_receivers(pair, receivers))
+        stack.enter_context(_virtual_clock(pair))
+        side = start(
+            kit,
+            "decode",
+            backend=pair.backend,
+            memory=memory,
+            page_size=PAGE,
+            max_total_tokens=capacity,
+            max_running_requests=REQ_ROWS,
+            num_reserved_decode_tokens=0,
+            disaggregation_bootstrap_port=BOOTSTRAP_PORT,
+        )
+        scheduler = side.scheduler
+        if capacity != POOL_TOKENS:
+            raise ValueError(f"the pair's decode pool holds {POOL_TOKENS} tokens, not {capacity}")
+        rank.metadata = scheduler.disagg_metadata_buffers
+        rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
+        pair.prefill.metadata = metadata_like(rank.metadata, pair.prefill.metadata)
+        prealloc, transfer = scheduler.disagg_decode_prealloc_queue, scheduler.disagg_decode_transfer_queue
+        pair.end = BuildEnd(pair, prealloc.kv_manager, transport.wire)
+        pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
+        pair.waiting_timeout_s = float(prealloc.kv_manager.waiting_timeout)  # what its receivers compare
+        yield DecodeSide(scheduler, prealloc, transfer, streamed=side.seen["sockets"].streamed, wired=True)
+        kit.event(
+            "decode_server",
+            backend=pair.backend,
+            built_by="run_scheduler_process",
+            scheduler=type(scheduler).__qualname__,
+            kv_manager=type(prealloc.kv_manager).__qualname__,
+            receivers=sorted(set(receivers)),
+        )
+
+
+@contextlib.contextmanager
+def _watched_receivers(pair: Pair, classes: list[str]) -> Iterator[None]:
+    """The build's receiver class, each instance's ``send_metadata`` watched: the loopback learns the destination.
+
+    ``get_kv_class`` is the build's own, as the decode queue module looks it up; a receiver it
+    names is constructed as the build constructs it, and only its published page indices and
+    metadata slot are read (then the build's ``send_metadata`` runs unchanged). ``classes``
+    collects the class name of every receiver made.
+    """
+    from sglang.srt.disaggregation import decode
+    from sglang.srt.disaggregation.utils import KVClassType
+
+    from harness.runtime import swapped
+
+    real = decode.get_kv_class
+
+    def get_kv_class(backend: Any, kind: Any) -> Any:
+        cls = real(backend, kind)
+        if kind != KVClassType.RECEIVER:
+            return cls
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            receiver = cls(*args, **kwargs)
+            classes.append(type(receiver).__qualname__)
+            room, publish = int(receiver.bootstrap_room), receiver.send_metadata
+
+            def send_metadata(kv_indices: Any, aux_index: Any = None, *rest: Any, **more: Any) -> Any:
+                pair.wire.publish(room, [int(p) for p in kv_indices])
+                pair.dst_aux[room] = aux_index
+                return publish(kv_indices, aux_index, *rest, **more)
+
+            object.__setattr__(receiver, "send_metadata", send_metadata)
+            return receiver
+
+        return build
+
+    with swapped(decode, "get_kv_class", get_kv_class):
+        yield
+
+
+@contextlib.contextmanager
+def _virtual_clock(pair: Pair) -> Iterator[None]:
+    """The back-end modules' ``time`` is the pair's clock (their waiting timeouts follow the lab's clock)."""
+    import importlib
+
+    from harness.runtime import swapped
+    from harness.transport import CONN_MODULES
+
+    clock = pair.time()
+    with contextlib.ExitStack() as stack:
+        for name in CONN_MODULES:
+            if not name.startswith(("common", pair.backend)):
+                continue
+            module = importlib.import_module(f"sglang.srt.disaggregation.{name}")
+            if hasattr(module, "time"):
+                stack.enter_context(swapped(module, "time", clock))
+        yield

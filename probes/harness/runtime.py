@@ -116,6 +116,8 @@ class _GlobalsIndex:
     seen: set[str] = field(default_factory=set)
     """Every module name looked at (SGLang's scanned, the rest skipped), so each lookup scans only new ones."""
     by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    sglang: list[str] = field(default_factory=list)
+    """The SGLang module names among :attr:`seen`, in the order they were found."""
 
     def _scan_new_modules(self) -> None:
         fresh = sys.modules.keys() - self.seen
@@ -124,6 +126,7 @@ class _GlobalsIndex:
             module = sys.modules.get(module_name)
             if module is None or not module_name.startswith("sglang"):
                 continue
+            self.sglang.append(module_name)
             try:
                 names = list(vars(module).items())
             except TypeError:  # a module object without a plain namespace
@@ -140,8 +143,7 @@ class _GlobalsIndex:
         else:  # not indexed (a class, an object): every SGLang global, looked at now
             candidates = tuple(
                 (module_name, key)
-                for module_name in self.seen
-                if module_name.startswith("sglang")
+                for module_name in self.sglang
                 for key, value in vars(sys.modules.get(module_name) or types).items()
                 if value is original
             )
@@ -157,6 +159,16 @@ _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
 
 
 _INDEX = _GlobalsIndex()
+
+
+def sglang_modules() -> list[tuple[str, Any]]:
+    """The loaded ``sglang`` modules, (name, module), from the index (only modules new since are looked at).
+
+    ``sys.modules`` holds thousands of entries (torch, transformers, ...); a start-up swaps
+    names in SGLang's own modules several times, so they are listed once and kept.
+    """
+    _INDEX._scan_new_modules()
+    return [(name, module) for name in _INDEX.sglang if (module := sys.modules.get(name)) is not None]
 
 
 def _import_sites(original: Any, owner: Any) -> list[tuple[Any, str]]:

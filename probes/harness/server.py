@@ -149,11 +149,30 @@ def tiny_model_dir() -> str:
     return _MODEL_DIR[0]
 
 
+Pools = Callable[[int, int], tuple[Any, Any, Any]]
+"""Builds a side's KV memory from (request rows, KV tokens): (req_to_token_pool, allocator, KV pool)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a side's memory is when a probe brings its own (the CPU pair: paged pools with a real cache).
+
+    ``pools`` replaces :func:`memory_pools`; ``tree_cache`` (given the side's request and token
+    pools) replaces the recorded strict-fake tree cache, with ``disable_radix_cache`` the
+    value the build's cache result reports for it.
+    """
+
+    pools: Pools
+    tree_cache: Callable[[Any, Any], Any] | None = None
+    disable_radix_cache: bool = False
+
+
 class _StandIns:
     """The replaced constructor steps of one scheduler, and the fakes they hand it."""
 
-    def __init__(self, kit: Kit) -> None:
+    def __init__(self, kit: Kit, pools: Pools | None = None) -> None:
         self.kit = kit
+        self.pools = pools or memory_pools
 
     def bind(self, scheduler: Any) -> dict[str, Callable[..., None]]:
         steps: dict[str, Callable[..., None]] = {}
@@ -185,7 +204,7 @@ class _StandIns:
         running = scheduler.server_args.max_running_requests or MAX_RUNNING_REQUESTS
         # --max-total-tokens likewise sizes the KV pool (a bench holding many rooms at once).
         tokens = scheduler.server_args.max_total_tokens or MAX_TOTAL_TOKENS
-        req_pool, allocator, kv_pool = memory_pools(running, tokens)
+        req_pool, allocator, kv_pool = self.pools(running, tokens)
         runner = self.kit.fake(
             "model_runner",
             canary_manager=None,
@@ -283,32 +302,18 @@ def memory_pools(rows: int = MAX_RUNNING_REQUESTS, tokens: int = MAX_TOTAL_TOKEN
     return req_pool, allocator, kv_pool
 
 
-def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
-    """``kv_cache_builder.build_kv_cache`` for a CPU: the build's real pools, a recorded strict-fake tree cache."""
-    from harness.runtime import fake_tree_cache
+def _kv_cache(kit: Kit, seen: dict[str, Any], memory: Memory | None = None) -> Callable[..., Any]:
+    """``kv_cache_builder.build_kv_cache`` for a CPU: the build's real pools, a recorded strict-fake tree cache
+    (or the cache a probe's :class:`Memory` builds over those pools)."""
 
     def build_kv_cache(**kwargs: Any) -> Any:
         from sglang.srt.mem_cache.kv_cache_builder import KVCacheBuildResult
 
-        tree_cache, cache_abort = fake_tree_cache(
-            kit,
-            # An empty cache, as the scheduler's bookkeeping asks it after each step (load snapshot,
-            # 0.5.23's load inquirer): nothing evictable, protected or waiting on storage.
-            waiting_storage_span=kit.recorder("tree_cache.waiting_storage_span", returns=0),
-            evictable_size=kit.recorder("tree_cache.evictable_size", returns=0),
-            protected_size=kit.recorder("tree_cache.protected_size", returns=0),
-            flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
-            supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
-            supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False),  # a dense model
-            # 0.5.22's decode preallocation offers each row to a streaming session: this cache keeps none.
-            maybe_hand_to_session=kit.recorder("tree_cache.maybe_hand_to_session"),
-            # 0.5.22's decode transfer queue drops a request's (absent) hicache restore lock.
-            unlock=kit.recorder("tree_cache.unlock"),
-            # No host/storage tier: the prefix cache base class's own answer (intake asks it).
-            cache_controller=_base_prefix_cache().cache_controller,
-        )
-        seen["cache_abort"] = cache_abort
         req_pool, allocator = kwargs["tp_worker"].get_memory_pool()
+        if memory is not None and memory.tree_cache is not None:
+            tree_cache, disable = memory.tree_cache(req_pool, allocator), memory.disable_radix_cache
+        else:
+            tree_cache, disable = _recorded_tree_cache(kit, seen), False
         fields = {
             "is_hybrid_swa": False,
             "is_hybrid_ssm": False,
@@ -317,13 +322,38 @@ def _kv_cache(kit: Kit, seen: dict[str, Any]) -> Callable[..., Any]:
             "swa_tokens_per_layer": None,
             "req_to_token_pool": req_pool,
             "token_to_kv_pool_allocator": allocator,
-            "disable_radix_cache": False,
+            "disable_radix_cache": disable,
             "tree_cache": tree_cache,
         }
         accepted = inspect.signature(KVCacheBuildResult).parameters
         return KVCacheBuildResult(**{k: v for k, v in fields.items() if k in accepted})
 
     return build_kv_cache
+
+
+def _recorded_tree_cache(kit: Kit, seen: dict[str, Any]) -> Any:
+    """A strict-fake tree cache that records its abort call (the probe's window on cache outcomes)."""
+    from harness.runtime import fake_tree_cache
+
+    tree_cache, cache_abort = fake_tree_cache(
+        kit,
+        # An empty cache, as the scheduler's bookkeeping asks it after each step (load snapshot,
+        # 0.5.23's load inquirer): nothing evictable, protected or waiting on storage.
+        waiting_storage_span=kit.recorder("tree_cache.waiting_storage_span", returns=0),
+        evictable_size=kit.recorder("tree_cache.evictable_size", returns=0),
+        protected_size=kit.recorder("tree_cache.protected_size", returns=0),
+        flush_pending_backups=kit.recorder("tree_cache.flush_pending_backups"),
+        supports_fast_match_prefix=kit.recorder("tree_cache.supports_fast_match_prefix", returns=False),
+        supports_mamba=kit.recorder("tree_cache.supports_mamba", returns=False),  # a dense model
+        # 0.5.22's decode preallocation offers each row to a streaming session: this cache keeps none.
+        maybe_hand_to_session=kit.recorder("tree_cache.maybe_hand_to_session"),
+        # 0.5.22's decode transfer queue drops a request's (absent) hicache restore lock.
+        unlock=kit.recorder("tree_cache.unlock"),
+        # No host/storage tier: the prefix cache base class's own answer (intake asks it).
+        cache_controller=_base_prefix_cache().cache_controller,
+    )
+    seen["cache_abort"] = cache_abort
+    return tree_cache
 
 
 def _base_prefix_cache() -> type:
@@ -392,14 +422,12 @@ class Sockets:
         return out
 
     def swapped_everywhere(self, stack: contextlib.ExitStack) -> None:
-        import sys
-
         from sglang.srt.utils import network
 
-        from harness.runtime import swapped
+        from harness.runtime import sglang_modules, swapped
 
         real = network.get_zmq_socket
-        for name, module in list(sys.modules.items()):
+        for name, module in sglang_modules():
             if name.startswith("sglang.") and getattr(module, "get_zmq_socket", None) is real:
                 stack.enter_context(swapped(module, "get_zmq_socket", self.get_zmq_socket))
 
@@ -416,14 +444,14 @@ def _parent(kit: Kit, signals: list[Any]) -> Any:
 
 
 @contextlib.contextmanager
-def _constructing(kit: Kit, seen: dict[str, Any]) -> Iterator[None]:
+def _constructing(kit: Kit, seen: dict[str, Any], memory: Memory | None = None) -> Iterator[None]:
     """What the constructor must not reach for real, swapped for the construction only."""
     from sglang.srt.managers import scheduler as entry
 
     from harness.runtime import swapped
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(swapped(entry.kv_cache_builder, "build_kv_cache", _kv_cache(kit, seen)))
+        stack.enter_context(swapped(entry.kv_cache_builder, "build_kv_cache", _kv_cache(kit, seen, memory)))
         stack.enter_context(swapped(entry, "psutil", _parent(kit, seen.setdefault("signals", []))))
         seen["sockets"].swapped_everywhere(stack)
         _one_rank_pipeline(stack)
@@ -440,16 +468,14 @@ _GROUPS: list[Any] = []
 
 def _one_rank_pipeline(stack: contextlib.ExitStack) -> None:
     """Up to 0.5.20 a transport back end's manager asks ``get_pp_group()`` (prefill): the 1-rank pipeline group."""
-    import sys
-
     from sglang.srt.distributed import parallel_state
 
-    from harness.runtime import swapped
+    from harness.runtime import sglang_modules, swapped
 
     if getattr(parallel_state, "_PP", 0) is not None:
         return
     group, real = _GROUPS[0]["pp_group"], parallel_state.get_pp_group
-    for name, module in list(sys.modules.items()):
+    for name, module in sglang_modules():
         if name.startswith("sglang.srt.disaggregation") and getattr(module, "get_pp_group", None) is real:
             stack.enter_context(swapped(module, "get_pp_group", lambda: group))
 
@@ -516,12 +542,14 @@ def start(
     *,
     backend: str = "fake",
     transport: Iterable[contextlib.AbstractContextManager[Any]] = (),
+    memory: Memory | None = None,
     **fields: Any,
 ) -> Side:
     """Run the build's scheduler entry for one side up to its event loop and return what it built.
 
     ``mode``: ``prefill``, ``decode`` or ``null``; ``backend``: the transfer back end, chosen
-    through ``ServerArgs`` as a launch flag chooses it; ``fields``: more server arguments.
+    through ``ServerArgs`` as a launch flag chooses it; ``memory``: the side's pools and tree
+    cache where a probe brings its own (:class:`Memory`); ``fields``: more server arguments.
     """
     ensure_runtime()
     from sglang.srt.managers import scheduler as entry
@@ -534,7 +562,7 @@ def start(
     port_args = PortArgs.init_new(args)
     sent: list[Any] = []
     seen: dict[str, Any] = {"sockets": Sockets(kit)}
-    stand_ins = _StandIns(kit)
+    stand_ins = _StandIns(kit, memory.pools if memory is not None else None)
     base = entry.Scheduler  # the class the module defines; a plugin's replacement derives from it
     built: list[Any] = []
 
@@ -555,7 +583,7 @@ def start(
     accepted = inspect.signature(entry.run_scheduler_process).parameters
     base.__new__ = new
     try:
-        with _constructing(kit, seen), contextlib.ExitStack() as engines:
+        with _constructing(kit, seen, memory), contextlib.ExitStack() as engines:
             for context in transport:
                 engines.enter_context(context)
             entry.run_scheduler_process(**{k: v for k, v in offered.items() if k in accepted})

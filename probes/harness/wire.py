@@ -32,6 +32,8 @@ class Wire:
     _sockets: dict[str, StrictFake] = field(default_factory=dict)
     _refusals: dict[str, list[tuple[bytes | None, BaseException]]] = field(default_factory=dict)
     _replies: list[tuple[str, bytes, Callable[[list[bytes]], None]]] = field(default_factory=list)
+    listeners: list[Callable[[str, list[bytes]], None]] = field(default_factory=list)
+    """Called with (endpoint, frames) for every message sent, after it is kept: a peer that reads the wire."""
 
     def refuse_next(self, endpoint: str, exc: BaseException, *, about: bytes | None = None) -> None:
         """The next send to ``endpoint`` (naming ``about`` in its first two frames, if given) raises ``exc``.
@@ -65,6 +67,8 @@ class Wire:
                         self._refusals[endpoint].remove(refusal)
                         raise refusal[1]
                 self.sent.append((endpoint, message))
+                for listener in self.listeners:
+                    listener(endpoint, message)
                 for entry in list(self._replies):
                     if entry[0] == endpoint and message and message[0] == entry[1]:
                         self._replies.remove(entry)
