@@ -287,13 +287,14 @@ class BuildEnd:
     reported the room ``Failed`` -- goes through the build's manager (``update_status``,
     ``record_failure``), as :mod:`pr41404_deferred_release` reports a prefill failure. Decode's
     ABORTs are read off the wire the build's receivers send them on (:meth:`heard`), and a
-    drain ack is handed to the manager in the build's wire form (:func:`harness.decode_kv.deliver_abort_ack`).
+    drain ack reaches decode's own receive loop in the build's wire form
+    (:func:`harness.decode_kv.abort_ack_frames`).
     """
 
-    def __init__(self, pair: Pair, kv_mgr: Any, wire: Any) -> None:
-        self.pair, self.kv_mgr = pair, kv_mgr
+    def __init__(self, pair: Pair, kv_mgr: Any, transport: Any) -> None:
+        self.pair, self.kv_mgr, self.transport = pair, kv_mgr, transport
         self.aborts: dict[int, list[bytes]] = {}
-        wire.listeners.append(self.heard)
+        transport.wire.listeners.append(self.heard)
 
     @property
     def defers(self) -> bool:
@@ -326,9 +327,9 @@ class BuildEnd:
             self.kv_mgr.update_status(room, KVPoll.Failed)
 
     def ack(self, room: int) -> None:
-        from harness.decode_kv import deliver_abort_ack
+        from harness.decode_kv import abort_ack_frames
 
-        deliver_abort_ack(self.kv_mgr, room, 0, self.aborts[room])
+        self.transport.deliver(abort_ack_frames(room, 0, self.aborts[room]))
 
     def timed_out(self, room: int, req: Any) -> bool:
         """Decode's own receiver gave up waiting: the abort it finished with names the build's timeout."""

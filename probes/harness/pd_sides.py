@@ -311,7 +311,7 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
         rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
         pair.prefill.metadata = metadata_like(rank.metadata, pair.prefill.metadata)
         prealloc, transfer = scheduler.disagg_decode_prealloc_queue, scheduler.disagg_decode_transfer_queue
-        pair.end = BuildEnd(pair, prealloc.kv_manager, transport.wire)
+        pair.end = BuildEnd(pair, prealloc.kv_manager, transport)
         pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
         pair.waiting_timeout_s = float(prealloc.kv_manager.waiting_timeout)  # what its receivers compare
         yield DecodeSide(scheduler, prealloc, transfer, streamed=side.seen["sockets"].streamed, wired=True)
