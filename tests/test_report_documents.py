@@ -1,0 +1,340 @@
+"""A backport check's files, written for a fork run with mixed verdicts and read back.
+
+The fork's observations are the published upstream ones, picked side by side as a real fork would show
+them: #38935 behaves like its head on both doors (present), #41404 like its base (absent), #43719a
+with its send ack like the head and its in-flight probe missing (error), a fix with no probes
+(error, with no probe cases). The git evidence disagrees with the behaviour on #41404 (the fix commit
+is in the history), and its head probe forced a switch. ``backport.json`` must hold every verdict,
+``junit.xml`` must fail or error exactly the cases whose probe is not head-like, and ``summary.md`` must
+be the page below (``tests/fixtures/reports/backport-summary.md``; after a deliberate change to the
+page, rewrite it from ``render_summary`` and read the diff).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from junitparser import Error, Failure, JUnitXml, Skipped
+
+from difflab.backport.evidence import Evidence, disagreements
+from difflab.diff.likeness import BackportVerdict, judge_backport
+from difflab.diff.mutation import HunkCoverage, MutationResult, coverage_ratio, hunk_coverage, judge_mutation
+from difflab.diff.verdict import FixVerdict, judge_all
+from difflab.matrix import load_matrix
+from difflab.matrix.model import ProbeSpec
+from difflab.observation import SCHEMA_VERSION, Observation
+from difflab.paths import default_matrix
+from difflab.report import write_reports
+from difflab.report.backport import SCHEMA, backport_document, render_summary, write_files
+from difflab.report.results import diff_document
+from difflab.report.selfcheck import document as selfcheck_document
+from difflab.report.selfcheck import write_selfcheck
+from test_mutation_judge import FIX, mutation, observed
+from test_report_readback import FORCED, PUBLISHED
+
+GOLDEN = Path(__file__).with_name("fixtures") / "reports" / "backport-summary.md"
+FORK = {"repo": "https://example.org/fork/sglang", "ref": "release/lab", "commit": "c" * 40, "tree": "e" * 40}
+
+
+def _observed(fix: str, side: str, probe: str) -> Observation:
+    doc = json.loads((PUBLISHED / "observations" / fix / side / f"{probe}.json").read_text())
+    return Observation.from_dict(doc | {"side": "fork"})
+
+
+def _synthetic(fix: str, spec: ProbeSpec, side: int) -> Observation:
+    """What the probe returns on a build that behaves like the base (0) or the head (1) of its fix."""
+    fields = {f: pair[side] for f, pair in spec.expect.items()} | dict(spec.controls)
+    return Observation(fix, spec.name, "fork", {"kind": "git"}, "ok", fields=fields, duration_s=0.25)
+
+
+def _verdicts() -> list[BackportVerdict]:
+    published, current = load_matrix(PUBLISHED / "matrix.toml"), load_matrix(default_matrix())
+    doors = {p.name: p for p in current.fix("38935").probes}
+    split = {
+        "pr38935_prefill_door": _synthetic("38935", doors["pr38935_prefill_door"], 1),
+        "pr38935_decode_door": _synthetic("38935", doors["pr38935_decode_door"], 0),
+    }
+    release = _observed("41404", "base", "pr41404_deferred_release")
+    release.forced = [FORCED]
+    ack = _observed("43719a", "head", "pr43719_failed_send_ack")
+    ack.status, ack.fields = "error", {}
+    ack.error = "Traceback (most recent call last):\nRuntimeError: the KV sender thread never started"
+    retire = {"pr36988_retire_aborted": _observed("36988", "head", "pr36988_retire_aborted")}
+    partial = judge_backport(current.fix("38935"), split)
+    absent = judge_backport(published.fix("41404"), {"pr41404_deferred_release": release})
+    broken = judge_backport(published.fix("43719a"), {"pr43719_failed_send_ack": ack})
+    present = judge_backport(published.fix("36988"), retire)
+    bare = judge_backport(dataclasses.replace(published.fix("43719b"), probes=[]), {})
+    claims = Evidence(
+        fix_commit="f" * 40,
+        ancestor=True,
+        patch_equivalent=True,
+        equivalent_commits=["a" * 40, "b" * 40],
+        version="0.5.21",
+        first_release_with_fix="0.5.21",
+        version_claims_fix=True,
+        notes=["fetched the fix commit from upstream"],
+    )
+    absent.evidence = claims.to_dict()
+    absent.disagreements = disagreements(absent.verdict, claims)
+    partial.evidence = Evidence(ancestor=False, patch_equivalent=False, version_claims_fix=None).to_dict()
+    return [partial, absent, broken, present, bare]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[BackportVerdict], Path]:
+    verdicts = _verdicts()
+    assert [v.verdict for v in verdicts] == ["partial", "absent", "error", "present", "error"]
+    folder = tmp_path_factory.mktemp("fork")
+    write_files(folder, FORK, verdicts, ["", "## SGLang's own tests", "", "not replayed"])
+    return verdicts, folder
+
+
+def test_backport_json_holds_every_verdict_and_fails_the_run(written: tuple[list[BackportVerdict], Path]) -> None:
+    verdicts, folder = written
+    doc = json.loads((folder / "backport.json").read_text())
+    assert doc == json.loads(json.dumps(backport_document(FORK, verdicts)))
+    assert doc["schema"] == SCHEMA == 2 and doc["fork"] == FORK and doc["passed"] is False
+    assert [(f["id"], f["verdict"], f["passed"]) for f in doc["fixes"]] == [
+        ("38935", "partial", False),
+        ("41404", "absent", False),
+        ("43719a", "error", False),
+        ("36988", "present", True),
+        ("43719b", "error", False),
+    ]
+    assert doc["fixes"][1]["evidence"]["ancestor"] is True and doc["fixes"][1]["disagreements"]
+    assert backport_document(FORK, verdicts[3:4])["passed"] is True
+
+
+def test_junit_fails_or_errors_exactly_the_probes_not_like_the_head(
+    written: tuple[list[BackportVerdict], Path],
+) -> None:
+    verdicts, folder = written
+    (suite,) = list(JUnitXml.fromfile(str(folder / "junit.xml")))
+    assert suite.name == "difflab-backport"
+    cases = {(c.classname, c.name): c for c in suite}
+    expected = {(f"backport.{v.id}", p.probe): p for v in verdicts for p in v.probes}
+    assert set(cases) == set(expected) | {("backport.43719b", "(no probes)")}
+    for key, probe in expected.items():
+        case = cases[key]
+        assert case.time == (round(probe.observation.duration_s, 3) if probe.observation else 0.0)
+        lines = (case.system_out or "").splitlines()
+        assert [line.split(": observed=", 1)[0] for line in lines] == [f"{c.kind} {c.field}" for c in probe.fields]
+        if probe.like == "head":
+            assert case.is_passed and not case.result, key
+            continue
+        (result,) = case.result
+        assert result.message == f"{probe.like}: {probe.reason}"
+        if probe.like == "error":
+            assert isinstance(result, Error) and result.type == "error"
+        else:
+            assert isinstance(result, Failure) and result.type == f"behaves like {probe.like}"
+    (bare,) = cases[("backport.43719b", "(no probes)")].result
+    assert isinstance(bare, Error) and bare.type == "error" and bare.message == verdicts[4].reason
+    send = cases[("backport.43719a", "pr43719_failed_send_ack")]
+    assert "observed=" in (send.system_out or "") and "declared=" in (send.system_out or "")
+    assert [k for k, c in cases.items() if c.is_passed] == [k for k, p in expected.items() if p.like == "head"]
+    assert len([k for k, c in cases.items() if c.is_passed]) == 2
+
+
+def test_a_control_drift_or_other_probe_is_an_error_case(tmp_path: Path) -> None:
+    verdicts = _verdicts()
+    probe = verdicts[0].probes[0]
+    for like in ("control-drift", "other", "base", "mixed"):
+        probe.like = like
+        write_files(tmp_path, FORK, verdicts[:1])
+        case = next(c for s in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in s if c.name == probe.probe)
+        (result,) = case.result
+        assert isinstance(result, Error if like in ("control-drift", "other") else Failure), like
+        assert result.type == (like if like in ("control-drift", "other") else f"behaves like {like}")
+
+
+def test_summary_is_the_page_a_reader_gets(written: tuple[list[BackportVerdict], Path]) -> None:
+    verdicts, folder = written
+    text = (folder / "summary.md").read_text()
+    assert text == render_summary(FORK, verdicts, ["", "## SGLang's own tests", "", "not replayed"])
+    assert text == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_summary_names_the_part_and_the_back_ends(tmp_path: Path) -> None:
+    verdicts = _verdicts()
+    broken = verdicts[2]
+    broken.backends = {"mooncake": "present", "nixl": "absent"}
+    text = render_summary(FORK, [broken])
+    assert "| 43719 (a) |" in text and "## #43719 (a): error" in text
+    assert "- on the mooncake transport back end: present\n- on the nixl transport back end: absent" in text
+    assert text.endswith("|\n") and not text.endswith("\n\n")
+
+
+# -- a self-check's files ------------------------------------------------------------------------------
+SELFCHECK_GOLDEN = GOLDEN.with_name("selfcheck.md")
+
+
+def _selfcheck() -> tuple[list[MutationResult], list[HunkCoverage]]:
+    """#38935's shipped mutations: causal but one left a field at head (insensitive), one met a probe error;
+    a second fix had no head to mutate (not counted)."""
+    results = [judge_mutation(FIX, m, "0.5.21", observed(FIX, m.hunks)) for m in FIX.mutations if m.hunks]
+    door = next(s for s in FIX.probes if s.name == "pr38935_prefill_door")
+    at_head = {door.name: {"rejected.enqueued": door.expect["rejected.enqueued"][1]}}
+    results[0] = judge_mutation(FIX, mutation(results[0].mutation), "0.5.21", observed(FIX, results[0].hunks, at_head))
+    crashed = observed(FIX, results[1].hunks)
+    crashed[door.name] = Observation(FIX.id, door.name, "mutated", {}, "error", error="Traceback\nKeyError: 'rid'")
+    results[1] = judge_mutation(FIX, mutation(results[1].mutation), "0.5.21", crashed)
+    headless = dataclasses.replace(FIX, id="41404")
+    return results, hunk_coverage([FIX, headless], {FIX.id: object()}, results)
+
+
+def test_selfcheck_files_fail_the_mutations_that_are_not_causal_and_the_uncovered_paths(tmp_path: Path) -> None:
+    results, coverage = _selfcheck()
+    assert [r.outcome for r in results][:2] == ["insensitive", "error"] and results[2].outcome == "causal"
+    write_selfcheck(tmp_path, results, coverage)
+    doc = json.loads((tmp_path / "selfcheck.json").read_text())
+    assert doc == json.loads(json.dumps(selfcheck_document(results, coverage)))
+    assert doc["passed"] is False and doc["schema"] == 1
+    covered, total = coverage_ratio(coverage)
+    assert doc["hunk_coverage"] == {
+        "covered": covered,
+        "hunks": total,
+        "fixes": [json.loads(json.dumps(c.to_dict())) for c in coverage],
+    }
+    assert 0 < covered < total == len(FIX.hunks)  # the headless fix's paths are not counted
+    (suite,) = list(JUnitXml.fromfile(str(tmp_path / "selfcheck-junit.xml")))
+    assert suite.name == "difflab-selfcheck"
+    cases = [(c.classname, c.name, c) for c in suite]
+    assert [(k, n) for k, n, _ in cases] == [
+        *((f"selfcheck.{r.fix}", r.mutation) for r in results),
+        ("selfcheck.38935", "hunk-coverage"),
+        ("selfcheck.41404", "hunk-coverage"),
+    ]
+    for r, (_, _, case) in zip(results, cases[: len(results)], strict=True):
+        if r.outcome == "causal":
+            assert case.is_passed and not case.result
+            continue
+        (result,) = case.result
+        assert isinstance(result, Error if r.outcome == "error" else Failure), r.outcome
+        assert (result.type, result.message) == (r.outcome, r.reason)
+    (uncovered,) = cases[len(results)][2].result
+    assert isinstance(uncovered, Failure) and uncovered.type == "uncovered"
+    assert uncovered.message == "no causal mutation for: " + ", ".join(coverage[0].uncovered)
+    assert cases[-1][2].is_passed  # a fix with no head to revert is said, not failed
+    text = (tmp_path / "selfcheck.md").read_text()
+    assert text == SELFCHECK_GOLDEN.read_text(encoding="utf-8")
+
+
+def test_a_selfcheck_without_coverage_passes_on_its_mutations_alone(tmp_path: Path) -> None:
+    results, _ = _selfcheck()
+    causal = [r for r in results if r.passed]
+    assert selfcheck_document(causal, [])["passed"] is True
+    assert selfcheck_document(results, [])["passed"] is False
+    write_selfcheck(tmp_path, causal)
+    text = (tmp_path / "selfcheck.md").read_text()
+    assert "| fix | paths |" not in text and "Hunk coverage: 0/0 declared paths" in text
+    assert text.endswith(" |\n") and text.count("| 38935 | `") == len(causal)
+
+
+# -- a run's diff.json, junit.xml and summary.md ---------------------------------------------------------
+RUN_GOLDEN = GOLDEN.with_name("run-summary.md")
+
+
+def _run_verdicts() -> list[FixVerdict]:
+    """The published run judged again with edits shaped like real outcomes: #38935's base already shows the
+    head on the prefill door (not-reproduced), #41404's head forced a switch and returned a field nobody
+    declares, #43719a's head probe crashed (error); #36988 stays confirmed, #43719b has no head release
+    (unavailable, as declared); and one fix declares no probes."""
+    matrix = load_matrix(PUBLISHED / "matrix.toml")
+    published = json.loads((PUBLISHED / "diff.json").read_text())["fixes"]
+    labels = {(f["id"], side): f[side] for f in published for side in ("base", "head")}
+    observations = [
+        Observation.from_dict(json.loads(p.read_text())) for p in sorted(PUBLISHED.glob("observations/*/*/*.json"))
+    ]
+    for o in observations:
+        if (o.fix, o.side, o.probe) == ("38935", "base", "pr38935_prefill_door"):
+            door = next(p for p in matrix.fix("38935").probes if p.name == o.probe)
+            o.fields |= {f: pair[1] for f, pair in door.expect.items()}
+        elif (o.fix, o.side) == ("41404", "head"):
+            o.forced, o.fields = [FORCED], o.fields | {"failed.pages_leaked": 0}
+        elif (o.fix, o.side) == ("43719a", "head"):
+            o.status, o.fields, o.error = "error", {}, "Traceback (most recent call last):\nKeyError: 'bootstrap_room'"
+    fixes = [*matrix.fixes, dataclasses.replace(matrix.fix("36988"), id="40000", pr=40000, probes=[])]
+    return judge_all(fixes, observations, labels)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[FixVerdict], Path]:
+    verdicts = _run_verdicts()
+    folder = tmp_path_factory.mktemp("run")
+    write_reports(folder, verdicts, extra={"matrix_sha256": "0" * 64}, appendix=["", "## Appendix", "", "kept"])
+    return verdicts, folder
+
+
+def test_a_run_with_mixed_verdicts_fails_in_diff_json(run_folder: tuple[list[FixVerdict], Path]) -> None:
+    verdicts, folder = run_folder
+    doc = json.loads((folder / "diff.json").read_text())
+    assert doc == json.loads(json.dumps(diff_document(verdicts, {"matrix_sha256": "0" * 64})))
+    assert doc["schema"] == SCHEMA_VERSION and doc["passed"] is False and doc["matrix_sha256"] == "0" * 64
+    assert [(f["id"], f["verdict"], f["passed"]) for f in doc["fixes"]] == [
+        ("36988", "confirmed", True),
+        ("38935", "not-reproduced", False),
+        ("41404", "confirmed", True),
+        ("43719a", "error", False),
+        ("43719b", "unavailable", True),
+        ("40000", "error", False),
+    ]
+    assert diff_document([v for v in verdicts if v.passed])["passed"] is True
+    assert "throughput" not in json.dumps(doc["fixes"][0])
+
+
+def test_a_run_junit_case_per_probe_follows_its_verdict(run_folder: tuple[list[FixVerdict], Path]) -> None:
+    verdicts, folder = run_folder
+    (suite,) = list(JUnitXml.fromfile(str(folder / "junit.xml")))
+    assert suite.name == "difflab"
+    cases = {(c.classname, c.name): c for c in suite}
+    probes = {(f"fix.{v.id}", p.probe): p for v in verdicts for p in v.probes}
+    assert list(cases) == [*probes, ("fix.40000", "(no probes)")]
+    kinds = {}
+    for key, p in probes.items():
+        case = cases[key]
+        assert case.time == round(sum(o.duration_s for o in (p.base, p.head) if o is not None), 3)
+        lines = (case.system_out or "").splitlines()
+        assert [line.split(": base=", 1)[0] for line in lines] == [f"{f.kind} {f.field}" for f in p.fields]
+        assert all(line.endswith(" ok" if f.ok else " MISMATCH") for f, line in zip(p.fields, lines, strict=True))
+        if not case.result:
+            kinds[key] = "passed"
+            continue
+        (result,) = case.result
+        kinds[key] = type(result).__name__
+        if isinstance(result, Skipped):
+            assert result.message == f"{p.verdict}: {p.reason}"
+        else:
+            assert result.type == p.verdict  # "error" for an error, the verdict for a failure
+            assert result.message == f"{p.verdict}: {p.reason}"
+    assert kinds == {
+        ("fix.36988", "pr36988_retire_aborted"): "passed",
+        ("fix.38935", "pr38935_prefill_door"): "Failure",
+        ("fix.38935", "pr38935_decode_door"): "passed",
+        ("fix.41404", "pr41404_deferred_release"): "passed",
+        ("fix.43719a", "pr43719_failed_send_ack"): "Error",
+        ("fix.43719b", "pr43719_failed_room_quarantine"): "Skipped",
+    }
+    (bare,) = cases[("fix.40000", "(no probes)")].result
+    assert isinstance(bare, Error) and (bare.type, bare.message) == ("error", verdicts[-1].reason)
+
+
+def test_an_unavailable_side_not_declared_so_is_a_failed_case(tmp_path: Path) -> None:
+    verdict = next(v for v in _run_verdicts() if v.id == "43719b")
+    verdict.expected_unavailable = False
+    write_reports(tmp_path, [verdict])
+    (case,) = [c for s in JUnitXml.fromfile(str(tmp_path / "junit.xml")) for c in s]
+    (result,) = case.result
+    assert isinstance(result, Failure) and result.type == "unavailable"
+
+
+def test_a_run_summary_is_the_page_a_reader_gets(run_folder: tuple[list[FixVerdict], Path]) -> None:
+    _, folder = run_folder
+    text = (folder / "summary.md").read_text()
+    assert "- head: `server_args.disaggregation_decode_polling_interval` forced to 1" in text
+    assert "- observed, declared in no expect or control: `failed.pages_leaked`" in text
+    assert text == RUN_GOLDEN.read_text(encoding="utf-8")
