@@ -20,6 +20,18 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from difflab.backport.evidence import Evidence, disagreements
+from difflab.diff.containment import (
+    ABSENT,
+    ERROR,
+    NOT_APPLICABLE,
+    PARTIAL,
+    PRESENT,
+    Cell,
+    ContainmentTable,
+    ProbeCell,
+    ReleaseColumn,
+    find_regressions,
+)
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.diff.mutation import HunkCoverage, MutationResult, coverage_ratio, hunk_coverage, judge_mutation
 from difflab.diff.verdict import FixVerdict, judge_all
@@ -29,6 +41,11 @@ from difflab.observation import SCHEMA_VERSION, Observation
 from difflab.paths import default_matrix
 from difflab.report import write_reports
 from difflab.report.backport import SCHEMA, backport_document, render_summary, write_files
+from difflab.report.containment import document as contains_document
+from difflab.report.containment import render_markdown as render_contains
+from difflab.report.containment import write_files as write_contains
+from difflab.report.grid import write_html
+from difflab.report.markdown import cell as markdown_cell
 from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
 from difflab.report.selfcheck import write_selfcheck
@@ -338,3 +355,138 @@ def test_a_run_summary_is_the_page_a_reader_gets(run_folder: tuple[list[FixVerdi
     assert "- head: `server_args.disaggregation_decode_polling_interval` forced to 1" in text
     assert "- observed, declared in no expect or control: `failed.pages_leaked`" in text
     assert text == RUN_GOLDEN.read_text(encoding="utf-8")
+
+
+# -- a release table's contains.json, contains.md, junit.xml and contains.html --------------------------
+CONTAINS_GOLDEN, GRID_GOLDEN = GOLDEN.with_name("contains.md"), GOLDEN.with_name("contains.html")
+SWITCH = "the decode offload is off by default in this build (server_args.enable_offload): forced on by the probe"
+
+
+def _release_table() -> ContainmentTable:
+    """Three fixes on four releases, each cell as ``judge_cell`` makes it: #38935 present from 0.5.21 and lost
+    again on the new 0.5.23rc1 (a regression), #41404 errored on 0.5.22 and lacks the machinery on 0.5.19
+    (n/a), #36988 present everywhere though its pins say absent on 0.5.19, with a switch forced there."""
+    m = load_matrix(default_matrix())
+    fixes = [m.fix("38935"), m.fix("41404"), m.fix("36988")]
+    releases = [
+        ReleaseColumn("0.5.19", "sglang-0.5.19.whl", "1" * 64, yanked="broken wheel"),
+        ReleaseColumn("0.5.21", "sglang-0.5.21.whl", "2" * 64),
+        ReleaseColumn("0.5.22", "sglang-0.5.22.whl", "3" * 64),
+        ReleaseColumn(
+            "0.5.23rc1", "sglang-0.5.23rc1.whl", "4" * 64, new=True, first_seen="2026-11-30", prerelease=True
+        ),
+        ReleaseColumn("0.5.24", "sglang-0.5.24.whl", "5" * 64, new=True),
+    ]
+    door = {
+        "pr38935_prefill_door": ProbeCell("head", "observations/38935/0.5.21/pr38935_prefill_door.json", "ok"),
+        "pr38935_decode_door": ProbeCell("base", "observations/38935/0.5.21/pr38935_decode_door.json", "ok"),
+    }
+    split = {"mooncake": "present", "nixl": "present", "mori": "not-applicable: no Mori in this build"}
+    cells = [
+        Cell("38935", "0.5.19", ABSENT, None, "every path behaves like its base, the bug", door),
+        Cell("38935", "0.5.21", PRESENT, PRESENT, "every path behaves like its head", door, backends=split),
+        Cell("38935", "0.5.22", PRESENT, PRESENT, "every path behaves like its head", door),
+        Cell("38935", "0.5.23rc1", PARTIAL, PRESENT, "like head: prefill-door; like base: decode-door", door),
+        Cell("38935", "0.5.24", PRESENT, PRESENT, "every path behaves like its head"),
+        Cell("41404", "0.5.19", NOT_APPLICABLE, ABSENT, "pr41404_deferred_release: no deferred release here"),
+        Cell("41404", "0.5.21", PRESENT, PRESENT, "every path behaves like its head"),
+        Cell("41404", "0.5.22", ERROR, PRESENT, "pr41404_deferred_release: probe error: KeyError: 'room'"),
+        Cell("41404", "0.5.23rc1", PRESENT, PRESENT, ""),
+        Cell("41404", "0.5.24", PRESENT, None, "every path behaves like its head"),
+        Cell("36988", "0.5.19", PRESENT, ABSENT, "behaves like the head", notes=[SWITCH]),
+        Cell("36988", "0.5.21", PRESENT, PRESENT, "behaves like the head", notes=[SWITCH]),
+        Cell("36988", "0.5.22", PRESENT, PRESENT, "behaves like the head"),
+        Cell("36988", "0.5.23rc1", PRESENT, PRESENT, "behaves like the head"),
+        Cell("36988", "0.5.24", PRESENT, PRESENT, "behaves like the head"),
+    ]
+    versions = [r.version for r in releases]
+    return ContainmentTable(fixes, releases, cells, find_regressions(fixes, versions, cells))
+
+
+@pytest.fixture(scope="module")
+def contains_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[ContainmentTable, Path]:
+    t = _release_table()
+    folder = tmp_path_factory.mktemp("contains")
+    write_contains(folder, t, {"lock": "releases.lock"}, ["", "## SGLang's own tests", "", "not replayed"])
+    write_html(folder, t, {"started": "2026-12-01T00:00:00Z", "exit_code": t.exit_code})
+    return t, folder
+
+
+def test_contains_json_names_the_regression_and_fails(contains_folder: tuple[ContainmentTable, Path]) -> None:
+    t, folder = contains_folder
+    doc = json.loads((folder / "contains.json").read_text())
+    assert doc == json.loads(json.dumps(contains_document(t, {"lock": "releases.lock"})))
+    assert doc["schema"] == 2 and doc["lock"] == "releases.lock" and doc["new_releases"] == ["0.5.23rc1", "0.5.24"]
+    (regression,) = doc["regressions"]
+    assert (regression["fix"], regression["present_in"], regression["lost_in"]) == ("38935", "0.5.22", "0.5.23rc1")
+    assert doc["agrees"] is False and doc["exit_code"] == 1
+    assert [f["id"] for f in doc["fixes"]] == ["38935", "41404", "36988"]
+    assert len(doc["cells"]) == 15 and doc["releases"][0]["yanked"] == "broken wheel"
+
+
+def test_contains_junit_fails_the_regression_and_the_contradicted_cell(
+    contains_folder: tuple[ContainmentTable, Path],
+) -> None:
+    t, folder = contains_folder
+    (suite,) = list(JUnitXml.fromfile(str(folder / "junit.xml")))
+    assert suite.name == "difflab.contains"
+    cases = {(c.classname, c.name): c for c in suite}
+    assert list(cases) == [(f"contains.{f.id}", r.version) for f in t.fixes for r in t.releases]
+    outcomes = {
+        k: (type(c.result[0]).__name__, c.result[0].type, c.result[0].message) if c.result else None
+        for k, c in cases.items()
+    }
+    assert outcomes == {
+        ("contains.38935", "0.5.19"): None,
+        ("contains.38935", "0.5.21"): None,
+        ("contains.38935", "0.5.22"): None,
+        ("contains.38935", "0.5.23rc1"): (
+            "Failure",
+            "regression",
+            "regression: partial: like head: prefill-door; like base: decode-door",
+        ),
+        ("contains.38935", "0.5.24"): None,
+        ("contains.41404", "0.5.19"): (
+            "Skipped",
+            None,
+            "not-applicable: pr41404_deferred_release: no deferred release here",
+        ),
+        ("contains.41404", "0.5.21"): None,
+        ("contains.41404", "0.5.22"): (
+            "Error",
+            "error",
+            "error: pr41404_deferred_release: probe error: KeyError: 'room'",
+        ),
+        ("contains.41404", "0.5.23rc1"): None,
+        ("contains.41404", "0.5.24"): None,
+        ("contains.36988", "0.5.19"): ("Failure", "unexpected", "expected absent, got present: behaves like the head"),
+        ("contains.36988", "0.5.21"): None,
+        ("contains.36988", "0.5.22"): None,
+        ("contains.36988", "0.5.23rc1"): None,
+        ("contains.36988", "0.5.24"): None,
+    }
+    door = cases[("contains.38935", "0.5.21")].system_out
+    assert door == (
+        "pr38935_prefill_door: head (observations/38935/0.5.21/pr38935_prefill_door.json)\n"
+        "pr38935_decode_door: base (observations/38935/0.5.21/pr38935_decode_door.json)"
+    )
+    assert cases[("contains.41404", "0.5.21")].system_out is None  # a cell with no probe: no output
+    # a cell with no reason: the verdict alone
+    assert t.cell("41404", "0.5.23rc1").reason == "" and cases[("contains.41404", "0.5.23rc1")].is_passed
+
+
+def test_contains_md_and_the_grid_are_the_pages_a_reader_gets(contains_folder: tuple[ContainmentTable, Path]) -> None:
+    _, folder = contains_folder
+    assert (folder / "contains.md").read_text(encoding="utf-8") == CONTAINS_GOLDEN.read_text(encoding="utf-8")
+    assert (folder / "contains.html").read_text(encoding="utf-8") == GRID_GOLDEN.read_text(encoding="utf-8")
+
+
+def test_a_table_without_regressions_or_new_releases_says_so(tmp_path: Path) -> None:
+    t = _release_table()
+    t.fixes, t.releases = t.fixes[2:], t.releases[1:3]
+    t.cells, t.regressions = [c for c in t.cells if c.fix == "36988" and c.release in ("0.5.21", "0.5.22")], []
+    text = render_contains(t)
+    assert "No regressions: no fix present in a release is absent or partial in a later one.\n\n|" in text
+    assert "## New releases" not in text and "## Details" not in text and "0.5.21 (" not in text
+    assert text.endswith("## Switches the probes forced\n\n- #36988 (0.5.21): " + markdown_cell(SWITCH) + "\n")
+    assert contains_document(t)["agrees"] is True and contains_document(t)["exit_code"] == 0

@@ -1,0 +1,101 @@
+"""The fuzz search's and the GPU tier's own files, as their workflows write them.
+
+``fuzz.json`` adds up the chunks a search ran (one leaked, one ran clean and reported no CPU time of its
+own); the GPU tier writes the usual verdict files marked as the tier's, plus each target's deployment,
+preflight and A/B evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from difflab.report.fuzz import NAME, SearchAsked, document, write_fuzz
+from difflab.report.gpu import write_ab, write_deployment, write_preflight, write_tier
+from test_report_documents import _run_verdicts
+
+ASKED = SearchAsked(
+    source="0.5.21",
+    source_identity={"kind": "release", "sha256": "9" * 64},
+    sglang_version="0.5.21",
+    transfer_backend="mooncake",
+    runner="warm",
+    seed=7,
+    schedules=300,
+)
+LEAK = {"schedule": [3, 1, 2], "rooms": [5], "pages_held": 2}
+EVENTS = [
+    {
+        "chunk": 0,
+        "runs": 120,
+        "seconds": 2.5,
+        "cpu_seconds": 2.0,
+        "leak": None,
+        "acks_failed_send": False,
+        "assumptions": ["this build's Mooncake transfer_worker's answer (acks_failed_send)"],
+    },
+    {"chunk": 1, "runs": 80, "seconds": 1.25, "leak": LEAK},
+]
+
+
+def test_fuzz_json_adds_up_the_chunks_and_names_the_leaking_one(tmp_path: Path) -> None:
+    doc = document(ASKED, EVENTS, [LEAK])
+    assert doc["schema"] == 1 and doc["seed"] == 7 and doc["transfer_backend"] == "mooncake"
+    assert doc["chunks"] == [
+        {"chunk": 0, "seed": 7000, "runs": 120, "leaked": False},
+        {"chunk": 1, "seed": 7001, "runs": 80, "leaked": True},
+    ]
+    assert (doc["runs"], doc["seconds"], doc["cpu_seconds"]) == (200, 3.75, 3.25)  # chunk 1: its wall time
+    assert doc["schedules_per_second_per_core"] == round(200 / 3.25, 1) == 61.5
+    assert doc["schedules_per_wall_second"] == round(200 / 3.75, 1) == 53.3
+    assert doc["acks_failed_send"] is False and doc["assumptions"] == EVENTS[0]["assumptions"]
+    assert doc["leaks"] == [LEAK]
+    path = write_fuzz(tmp_path, doc)
+    assert path == tmp_path / NAME == tmp_path / "fuzz.json"
+    assert path.read_text().endswith("}\n") and json.loads(path.read_text()) == doc
+
+
+def test_a_search_that_ran_no_time_has_no_rate() -> None:
+    doc = document(ASKED, [{"chunk": 0, "runs": 0, "seconds": 0.0, "leak": None}], [])
+    assert doc["schedules_per_second_per_core"] is None and doc["schedules_per_wall_second"] is None
+    assert doc["acks_failed_send"] is None and doc["assumptions"] == [] and doc["chunks"][0]["leaked"] is False
+
+
+@pytest.mark.parametrize("testserver", [False, True])
+def test_the_gpu_tier_files_are_the_run_files_marked_as_the_tier(tmp_path: Path, testserver: bool) -> None:
+    verdicts = _run_verdicts()
+    write_tier(tmp_path, verdicts, testserver=testserver, sections=["", "## Throughput", "", "no A/B ran"])
+    doc = json.loads((tmp_path / "diff.json").read_text())
+    assert (doc["tier"], doc["mode"]) == ("gpu", "testserver" if testserver else "docker")
+    assert [f["verdict"] for f in doc["fixes"]] == [v.verdict for v in verdicts]
+    (suite,) = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
+    assert suite.name == "difflab-gpu"
+    text = (tmp_path / "summary.md").read_text()
+    title = "SGLang GPU/RDMA tier" + (" (test server: pre-fix switches on base, off on head)" if testserver else "")
+    assert text.splitlines()[0] == f"# {title}"
+    assert text.endswith("\n## Throughput\n\nno A/B ran\n")
+    (tmp_path / "bare").mkdir()
+    write_tier(tmp_path / "bare", verdicts, testserver=testserver)
+    assert (tmp_path / "bare" / "summary.md").read_text() == text.removesuffix("\n## Throughput\n\nno A/B ran\n")
+
+
+def test_each_target_keeps_its_deployment_preflight_and_ab_evidence(tmp_path: Path) -> None:
+    described = {"image": "lmsysorg/sglang:v0.5.21", "gpus": [0, 1], "model": Path("/models/tiny")}
+    path = write_deployment(tmp_path, "0.5.21-mooncake", described)
+    assert path == tmp_path / "deployment" / "0.5.21-mooncake.json"
+    assert json.loads(path.read_text()) == {"image": "lmsysorg/sglang:v0.5.21", "gpus": [0, 1], "model": "/models/tiny"}
+    assert path.read_text().endswith("}\n") and '\n  "gpus"' in path.read_text()
+    write_deployment(tmp_path, "0.5.22-mooncake", {"image": "x"})  # a second target: the folder exists
+    gates = {"passed": False, "gates": [{"name": "rdma", "ok": False}]}
+    assert json.loads(write_preflight(tmp_path, "0.5.21-mooncake", gates).read_text()) == gates
+    assert (tmp_path / "preflight" / "0.5.21-mooncake.json").is_file()
+    write_preflight(tmp_path, "0.5.22-mooncake", {"passed": True})
+    ab = {"rounds": [{"base": 10.5, "head": 10.1}], "verdict": "no slower"}
+    path = write_ab(tmp_path, "41404", ab)
+    assert path == tmp_path / "throughput" / "41404" / "ab.json"
+    assert json.loads(path.read_text()) == ab and path.read_text().endswith("}\n")
+    assert '\n  "rounds"' in path.read_text()
+    assert write_ab(tmp_path, "41404", {"rounds": []}).read_text() == '{\n  "rounds": []\n}\n'  # rewritten
