@@ -34,6 +34,7 @@ from difflab.diff.containment import (
 )
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.diff.mutation import HunkCoverage, MutationResult, coverage_ratio, hunk_coverage, judge_mutation
+from difflab.diff.throughput import ThroughputResult, judge_throughput
 from difflab.diff.verdict import FixVerdict, judge_all
 from difflab.matrix import load_matrix
 from difflab.matrix.model import ProbeSpec
@@ -49,8 +50,10 @@ from difflab.report.markdown import cell as markdown_cell
 from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
 from difflab.report.selfcheck import write_selfcheck
+from difflab.report.throughput import Measured, write_log_tail
 from test_mutation_judge import FIX, mutation, observed
 from test_report_readback import FORCED, PUBLISHED
+from test_throughput_judge import SIZES, WORKLOADS, rounds
 
 GOLDEN = Path(__file__).with_name("fixtures") / "reports" / "backport-summary.md"
 FORK = {"repo": "https://example.org/fork/sglang", "ref": "release/lab", "commit": "c" * 40, "tree": "e" * 40}
@@ -490,3 +493,85 @@ def test_a_table_without_regressions_or_new_releases_says_so(tmp_path: Path) -> 
     assert "## New releases" not in text and "## Details" not in text and "0.5.21 (" not in text
     assert text.endswith("## Switches the probes forced\n\n- #36988 (0.5.21): " + markdown_cell(SWITCH) + "\n")
     assert contains_document(t)["agrees"] is True and contains_document(t)["exit_code"] == 0
+
+
+# -- a run with a throughput A/B -------------------------------------------------------------------------
+THROUGHPUT_GOLDEN = GOLDEN.with_name("run-throughput-summary.md")
+
+
+def _measured() -> list[ThroughputResult]:
+    """#38935 slower by half, #41404 faster, #36988 the same, #43719a too noisy to tell, #43719b's bench
+    died, and a fix with no head release (unavailable)."""
+
+    def judged(fix: str, base: list, head: list) -> ThroughputResult:
+        result = ThroughputResult(fix=fix, label=f"#{fix}", status="error", probe=f"pr{fix[:5]}_doors")
+        return judge_throughput(result, WORKLOADS, base, head, seed=1)
+
+    base = rounds(11, 20e-6)
+    noisy = [
+        {w: {s: v * (1.8 if i % 2 else 0.55) for s, v in cells.items()} for w, cells in one.items()}
+        for i, one in enumerate(base)
+    ]
+    measured = [
+        judged("38935", rounds(3, 20e-6), rounds(4, 30e-6)),
+        judged("41404", rounds(5, 20e-6), rounds(6, 14e-6)),
+        judged("36988", rounds(1, 20e-6), rounds(2, 20e-6)),
+        judged("43719a", base, noisy),
+        ThroughputResult(fix="43719b", label="#43719b", status="error", reason="bench died\nTraceback ..."),
+        ThroughputResult(fix="40000", label="#40000", status="unavailable", reason="no head release"),
+    ]
+    for r in measured[1:4]:  # as the workflow records them (the first result measured carries none here)
+        r.settings = {"rounds": 12, "warmup": 2, "sizes": list(SIZES)}
+    return measured
+
+
+def test_a_run_with_a_throughput_ab_fails_only_the_slowdown_beyond_the_factor(tmp_path: Path) -> None:
+    verdicts, results = _run_verdicts(), _measured()
+    assert [r.mark for r in results] == ["+", "-", "~", "?", "!", "!"]
+    write_reports(tmp_path, verdicts, throughput=Measured(results, fail_above=1.10))
+    doc = json.loads((tmp_path / "diff.json").read_text())
+    parts = {f["id"]: f["throughput"] for f in doc["fixes"]}  # each fix's own A/B inside its entry
+    assert parts == json.loads(json.dumps({r.fix: r.to_dict() for r in results}))
+    (suite,) = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
+    cases = {(c.classname, c.name): c for c in suite if c.classname.startswith("throughput.")}
+    assert len(list(suite)) == len(cases) + 7  # the six probes' cases and the fix with none
+    outcome = {k[0]: (type(c.result[0]).__name__, c.result[0].type) if c.result else None for k, c in cases.items()}
+    assert outcome == {
+        "throughput.38935": ("Failure", "slower"),
+        "throughput.41404": None,
+        "throughput.36988": None,
+        "throughput.43719a": None,
+        "throughput.43719b": ("Error", "error"),
+        "throughput.40000": ("Skipped", None),
+    }
+    slow = cases[("throughput.38935", "throughput:pr38935_doors")]
+    assert slow.result[0].message.startswith("+ slower ratio 1.") and slow.result[0].message.endswith(": beyond x1.1")
+    assert slow.system_out.splitlines()[0].startswith("door.valid: + ratio 1.")
+    faster = cases[("throughput.41404", "throughput:pr41404_doors")]
+    assert faster.system_out.startswith("- faster ratio 0.") and "\ndoor.mixed: - ratio 0." in faster.system_out
+    assert cases[("throughput.43719b", "throughput:(none)")].result[0].message.split() == [
+        "bench",
+        "died",
+        "Traceback",
+        "...",
+    ]
+    text = (tmp_path / "summary.md").read_text()
+    assert text == THROUGHPUT_GOLDEN.read_text(encoding="utf-8")
+    write_reports(tmp_path, verdicts, throughput=Measured(results))  # informational: nothing fails
+    (suite,) = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
+    assert not [c for c in suite if c.classname == "throughput.38935" and c.result]
+    assert "informational" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_bench_log_keeps_its_tail_and_says_how_much_it_dropped(tmp_path: Path) -> None:
+    text = "".join(f"request {i}: 503\n" for i in range(250))
+    path = write_log_tail(tmp_path, "38935", "head", text)
+    assert path == tmp_path / "throughput" / "38935" / "head.log"
+    kept = path.read_text().splitlines()
+    assert kept[0] == "[50 earlier lines not kept]" and kept[1] == "request 50: 503" and kept[-1] == "request 249: 503"
+    assert len(kept) == 201
+    short = write_log_tail(tmp_path, "38935", "base", "one\ntwo\n").read_text()
+    assert short == "one\ntwo\n"
+    assert (
+        write_log_tail(tmp_path, "38935", "base", "".join(f"{i}\n" for i in range(200))).read_text().startswith("0\n")
+    )
