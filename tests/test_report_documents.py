@@ -8,6 +8,9 @@ is in the history), and its head probe forced a switch. ``backport.json`` must h
 ``junit.xml`` must fail or error exactly the cases whose probe is not head-like, and ``summary.md`` must
 be the page below (``tests/fixtures/reports/backport-summary.md``; after a deliberate change to the
 page, rewrite it from ``render_summary`` and read the diff).
+
+Each test writes its own folder (no module-wide fixture): ``nox -s mutation`` runs a mutant against the
+tests it saw reach the mutated function, and a writer called in a shared fixture is seen by one test only.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from difflab.report.grid import write_html
 from difflab.report.markdown import cell as markdown_cell
 from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
+from difflab.report.selfcheck import render_markdown as render_selfcheck
 from difflab.report.selfcheck import write_selfcheck
 from difflab.report.throughput import Measured, write_log_tail
 from test_mutation_judge import FIX, mutation, observed
@@ -104,18 +108,20 @@ def _verdicts() -> list[BackportVerdict]:
     return [partial, absent, broken, present, bare]
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[BackportVerdict], Path]:
+@pytest.fixture
+def written(tmp_path: Path) -> tuple[list[BackportVerdict], Path]:
     verdicts = _verdicts()
     assert [v.verdict for v in verdicts] == ["partial", "absent", "error", "present", "error"]
-    folder = tmp_path_factory.mktemp("fork")
+    folder = tmp_path
     write_files(folder, FORK, verdicts, ["", "## SGLang's own tests", "", "not replayed"])
     return verdicts, folder
 
 
 def test_backport_json_holds_every_verdict_and_fails_the_run(written: tuple[list[BackportVerdict], Path]) -> None:
     verdicts, folder = written
-    doc = json.loads((folder / "backport.json").read_text())
+    text = (folder / "backport.json").read_text()
+    doc = json.loads(text)
+    assert text == json.dumps(doc, indent=2, sort_keys=True) + "\n"  # as every run-folder JSON file is written
     assert doc == json.loads(json.dumps(backport_document(FORK, verdicts)))
     assert doc["schema"] == SCHEMA == 2 and doc["fork"] == FORK and doc["passed"] is False
     assert [(f["id"], f["verdict"], f["passed"]) for f in doc["fixes"]] == [
@@ -183,10 +189,12 @@ def test_summary_names_the_part_and_the_back_ends(tmp_path: Path) -> None:
     verdicts = _verdicts()
     broken = verdicts[2]
     broken.backends = {"mooncake": "present", "nixl": "absent"}
-    text = render_summary(FORK, [broken])
+    text = render_summary(FORK, [broken], ["", "the end", "", ""])
     assert "| 43719 (a) |" in text and "## #43719 (a): error" in text
     assert "- on the mooncake transport back end: present\n- on the nixl transport back end: absent" in text
-    assert text.endswith("|\n") and not text.endswith("\n\n")
+    assert text.endswith("|\n\nthe end\n")  # trailing blank lines of the appendix dropped
+    broken.verdict = "not-applicable"  # a verdict with no icon of its own
+    assert "| A failed Mooncake send never acks the drain |  not-applicable |" in render_summary(FORK, [broken])
 
 
 # -- a self-check's files ------------------------------------------------------------------------------
@@ -245,10 +253,17 @@ def test_selfcheck_files_fail_the_mutations_that_are_not_causal_and_the_uncovere
 
 
 def test_a_selfcheck_without_coverage_passes_on_its_mutations_alone(tmp_path: Path) -> None:
-    results, _ = _selfcheck()
+    results, coverage = _selfcheck()
     causal = [r for r in results if r.passed]
     assert selfcheck_document(causal, [])["passed"] is True
     assert selfcheck_document(results, [])["passed"] is False
+    assert selfcheck_document(causal, coverage)["passed"] is False  # every mutation causal, two paths uncovered
+    every = [judge_mutation(FIX, m, "0.5.21", observed(FIX, m.hunks)) for m in FIX.mutations if m.hunks]
+    full = hunk_coverage([FIX], {FIX.id: object()}, every)
+    assert selfcheck_document(every, full)["passed"] is True
+    assert "| 38935 | 7 | 7 | - | - |" in render_selfcheck(every, full)
+    both = dataclasses.replace(every[0], hunks=["prefill-door", "decode-door"])  # one mutation, two paths
+    assert "| `drop-prefill-door-guard` | prefill-door, decode-door | `" in render_selfcheck([both], [])
     write_selfcheck(tmp_path, causal)
     text = (tmp_path / "selfcheck.md").read_text()
     assert "| fix | paths |" not in text and "Hunk coverage: 0/0 declared paths" in text
@@ -282,10 +297,10 @@ def _run_verdicts() -> list[FixVerdict]:
     return judge_all(fixes, observations, labels)
 
 
-@pytest.fixture(scope="module")
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[FixVerdict], Path]:
+@pytest.fixture
+def run_folder(tmp_path: Path) -> tuple[list[FixVerdict], Path]:
     verdicts = _run_verdicts()
-    folder = tmp_path_factory.mktemp("run")
+    folder = tmp_path
     write_reports(folder, verdicts, extra={"matrix_sha256": "0" * 64}, appendix=["", "## Appendix", "", "kept"])
     return verdicts, folder
 
@@ -406,10 +421,10 @@ def _release_table() -> ContainmentTable:
     return ContainmentTable(fixes, releases, cells, find_regressions(fixes, versions, cells))
 
 
-@pytest.fixture(scope="module")
-def contains_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[ContainmentTable, Path]:
+@pytest.fixture
+def contains_folder(tmp_path: Path) -> tuple[ContainmentTable, Path]:
     t = _release_table()
-    folder = tmp_path_factory.mktemp("contains")
+    folder = tmp_path
     write_contains(folder, t, {"lock": "releases.lock"}, ["", "## SGLang's own tests", "", "not replayed"])
     write_html(folder, t, {"started": "2026-12-01T00:00:00Z", "exit_code": t.exit_code})
     return t, folder
