@@ -167,6 +167,7 @@ def test_junit_fails_or_errors_exactly_the_probes_not_like_the_head(
 
 
 def test_a_control_drift_or_other_probe_is_an_error_case(tmp_path: Path) -> None:
+    """Only a head-like probe passes: control drift and a match with neither side err, base or mixed fail."""
     verdicts = _verdicts()
     probe = verdicts[0].probes[0]
     for like in ("control-drift", "other", "base", "mixed"):
