@@ -150,6 +150,20 @@ def test_each_build_gets_its_own_answer_and_family_json_without_defaults(tmp_pat
     ]
 
 
+def test_every_family_gets_its_section(tmp_path: Path) -> None:
+    families = FAMILY + '\n[families.pd-abort]\ntitle = "PD abort"\n'
+    m = matrix_of(tmp_path, _second("a"), _second("b", "pd-abort"), families=families)
+    lines = write_family(tmp_path, m, {"0.5.21": {"a": "present", "b": "absent"}})
+    assert [line for line in lines if line.startswith("## ")] == [
+        "## Family `kv-safety`: KV safety",
+        "## Family `pd-abort`: PD abort",
+    ]
+    assert [f["family"] for f in json.loads((tmp_path / "family.json").read_text())["families"]] == [
+        "kv-safety",
+        "pd-abort",
+    ]
+
+
 def test_defaults_alone_are_written_with_a_section_per_build(tmp_path: Path) -> None:
     m = load_matrix(write(tmp_path, RELEASES + FIX))
     lines = write_family(tmp_path, m, {"0.5.21": {"38935": "present"}}, {"0.5.21": [_Default()], "fork": []})
