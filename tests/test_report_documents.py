@@ -439,7 +439,8 @@ def test_contains_json_names_the_regression_and_fails(contains_folder: tuple[Con
     (regression,) = doc["regressions"]
     assert (regression["fix"], regression["present_in"], regression["lost_in"]) == ("38935", "0.5.22", "0.5.23rc1")
     assert doc["agrees"] is False and doc["exit_code"] == 1
-    assert [f["id"] for f in doc["fixes"]] == ["38935", "41404", "36988"]
+    assert doc["fixes"] == [{"id": f.id, "label": f.label, "title": f.title} for f in t.fixes]
+    assert [f["id"] for f in doc["fixes"]] == ["38935", "41404", "36988"] and doc["fixes"][0]["label"] == "#38935"
     assert len(doc["cells"]) == 15 and doc["releases"][0]["yanked"] == "broken wheel"
 
 
