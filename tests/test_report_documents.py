@@ -1,9 +1,9 @@
 """A backport check's files, written for a fork run with mixed verdicts and read back.
 
-The fork's observations are the published upstream ones, picked side by side as a real fork would show
-them: #38935 behaves like its head on both doors (present), #41404 like its base (absent), #43719a
-with its send ack like the head and its in-flight probe missing (error), a fix with no probes
-(error, with no probe cases). The git evidence disagrees with the behaviour on #41404 (the fix commit
+The fork's observations are shaped like a real fork's: #38935's prefill door behaves like its head and
+its decode door like its base (partial, path by path), #41404 shows the published base observation
+(absent), #43719a's send-ack probe crashed and its in-flight probe left nothing (error), #36988 shows the
+published head observation (present), and a fix declares no probes (error, with no probe cases). The git evidence disagrees with the behaviour on #41404 (the fix commit
 is in the history), and its head probe forced a switch. ``backport.json`` must hold every verdict,
 ``junit.xml`` must fail or error exactly the cases whose probe is not head-like, and ``summary.md`` must
 be the page below (``tests/fixtures/reports/backport-summary.md``; after a deliberate change to the
@@ -89,7 +89,7 @@ def _verdicts() -> list[BackportVerdict]:
     retire = {"pr36988_retire_aborted": _observed("36988", "head", "pr36988_retire_aborted")}
     partial = judge_backport(current.fix("38935"), split)
     absent = judge_backport(published.fix("41404"), {"pr41404_deferred_release": release})
-    broken = judge_backport(published.fix("43719a"), {"pr43719_failed_send_ack": ack})
+    broken = judge_backport(current.fix("43719a"), {"pr43719_failed_send_ack": ack})  # its in-flight probe: none
     present = judge_backport(published.fix("36988"), retire)
     bare = judge_backport(dataclasses.replace(published.fix("43719b"), probes=[]), {})
     claims = Evidence(
