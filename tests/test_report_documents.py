@@ -3,7 +3,8 @@
 The fork's observations are shaped like a real fork's: #38935's prefill door behaves like its head and
 its decode door like its base (partial, path by path), #41404 shows the published base observation
 (absent), #43719a's send-ack probe crashed and its in-flight probe left nothing (error), #36988 shows the
-published head observation (present), and a fix declares no probes (error, with no probe cases). The git evidence disagrees with the behaviour on #41404 (the fix commit
+published head observation (present), and a fix declares no probes (error, with no probe cases).
+The git evidence disagrees with the behaviour on #41404 (the fix commit
 is in the history), and its head probe forced a switch. ``backport.json`` must hold every verdict,
 ``junit.xml`` must fail or error exactly the cases whose probe is not head-like, and ``summary.md`` must
 be the page below (``tests/fixtures/reports/backport-summary.md``; after a deliberate change to the
