@@ -4,8 +4,8 @@ Prints the score per module and overall, then every mutant that no test killed a
 (``ci/mutation-allowlist.toml``) does not explain as equivalent. Exit status 1 when any module's score,
 or the overall one, is below the threshold (the modules below it are listed: a well-tested module must
 not hide a weak one in the average); an allowlist entry that matches no surviving mutant is reported as
-stale (fix or drop it). ``--only "difflab.report.*"`` scores the mutants a ``mutmut run`` limited to
-that glob checked, leaving the rest out.
+stale (fix or drop it). ``--only "difflab.report.*"`` (repeatable) scores the mutants a ``mutmut run``
+limited to those globs checked, leaving the rest out.
 
 An allowlist entry names the module, the function, and the exact lines the mutant changes (as mutmut
 shows them: ``-`` before, ``+`` after), never mutmut's numbered mutant names, which shift whenever a
@@ -189,18 +189,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
     parser.add_argument("--allowlist", type=Path, default=ALLOWLIST)
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="for each module and overall")
-    parser.add_argument("--only", metavar="GLOB", help="score only the mutants whose names match (a partial run)")
+    parser.add_argument(
+        "--only", metavar="GLOB", action="append", help="score only the mutants whose names match one (a partial run)"
+    )
     args = parser.parse_args(argv)
 
     statuses = results(args.mutants)
     if args.only:
-        statuses = {name: v for name, v in statuses.items() if fnmatch.fnmatchcase(name, args.only)}
+        statuses = {name: v for name, v in statuses.items() if any(fnmatch.fnmatchcase(name, g) for g in args.only)}
     if not statuses:
         print(f"no mutmut results under {args.mutants}: run `mutmut run` first", file=sys.stderr)
         return 2
     allow = load_allowlist(args.allowlist)
     if args.only:  # the other modules' entries are neither used nor stale in a partial run
-        allow = [e for e in allow if fnmatch.fnmatchcase(f"{e.module}.x", args.only)]
+        allow = [e for e in allow if any(fnmatch.fnmatchcase(f"{e.module}.x", g) for g in args.only)]
     tally = Tally.of(statuses, {e.key(): e for e in allow})
     below = {m: s for m, s in print_modules(tally.per_module).items() if s < args.threshold}
     score = print_score(statuses, tally.equivalent, args.allowlist, args.threshold)

@@ -118,6 +118,8 @@ def test_every_module_must_reach_the_threshold(
     assert out[-2:] == ["1 module(s) below the threshold of 90%:", "  difflab.matrix.load: 50.0%"]
     assert score.main([*args, "--only", "difflab.diff.*"]) == 0  # a partial run scores its own modules
     assert "difflab.matrix.load" not in capsys.readouterr().out
+    assert score.main([*args, "--only", "difflab.diff.*", "--only", "difflab.matrix.*"]) == 1
+    assert "difflab.matrix.load: 50.0%" in capsys.readouterr().out
 
 
 def test_a_partial_pass_is_said_and_hides_the_stale_entries(
