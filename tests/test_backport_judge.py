@@ -190,6 +190,14 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> Histories:
     commits["merged-revert"] = _git(fork, "rev-parse", "HEAD")
     _git(fork, "checkout", "-q", "-b", "reimplemented", base)
     commits["reimplemented"] = _commit(fork, "Fork: retire rejected requests our way", {DECODE: OWN_CODE})
+    _git(fork, "checkout", "-q", "-b", "revert-then-work", fix)  # the revert lies below later fork work
+    _git(fork, "revert", "--no-edit", fix)
+    commits["revert-then-work"] = _git(fork, "rev-parse", "HEAD")
+    _commit(fork, "Fork: later work elsewhere", {"python/sglang/fork.py": "FORK = 2\n"})
+    _git(fork, "checkout", "-q", "--orphan", "imported")  # the code imported as a fresh history, fix on top
+    _git(fork, "rm", "-rq", "--cached", ".")
+    _commit(fork, "Import SGLang 0.5.20", {DECODE: BASE_CODE, "python/sglang/version.py": '__version__ = "0.5.20"\n'})
+    commits["imported"] = _commit(fork, "Retire rejected requests (from upstream)", {DECODE: FIXED_CODE})
     return Histories(up, fork, base, fix, commits)
 
 
@@ -293,3 +301,42 @@ def test_a_merge_base_failure_is_not_read_as_no_shared_history(
     assert not any("share no history" in n for n in ev.notes), ev.notes
     assert any("unable to read tree 0123abcd" in n for n in ev.notes), ev.notes
     assert disagreements("present", ev) == []
+
+
+def test_a_fork_with_no_shared_history_is_scanned_from_its_tip(histories: Histories, tmp_path: Path) -> None:
+    """A fork that imported the code as a fresh history: merge-base exits 1, and the latest commits are scanned."""
+    ev = _gather(histories, tmp_path, "imported")
+    assert ev.ancestor is False and ev.patch_equivalent is True
+    assert ev.equivalent_commits == [histories.commits["imported"]] and ev.scanned_commits == 2
+    assert "the fork and the fix share no history; scanned the ref's latest commits" in ev.notes
+    limited = _gather(histories, tmp_path, "imported", scan_limit=1)
+    assert limited.scanned_commits == 1 and limited.equivalent_commits == [histories.commits["imported"]]
+
+
+def test_a_revert_below_later_fork_work_is_found_within_the_scan_limit(histories: Histories, tmp_path: Path) -> None:
+    """Only commits touching the fix's files count toward the limit: later work elsewhere cannot hide a revert."""
+    ev = _gather(histories, tmp_path, "revert-then-work", scan_limit=1)
+    assert ev.ancestor is True and ev.reverting_commits == [histories.commits["revert-then-work"]]
+
+
+class _FailingDiffTree(_FailingMergeBase):
+    """The mirror's own git, but listing the fix's files fails (a broken object store)."""
+
+    def merge_base(self, *args: str) -> str:
+        return self._real.merge_base(*args)
+
+    def diff_tree(self, *args: str) -> str:
+        raise git.GitCommandError(["git", "diff-tree", *args], 128, b"fatal: bad object 0123abcd")
+
+
+def test_a_git_failure_looking_for_a_revert_leaves_it_unknown(
+    histories: Histories, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = mirror.branch("merged-revert")
+    real = Mirror.repo_unlocked
+    monkeypatch.setattr(Mirror, "repo_unlocked", lambda self: _FailingDiffTree(real(self)))
+    ev = _gather(histories, tmp_path, "merged-revert", mirror=mirror, ref_sha=tip)
+    assert ev.ancestor is True and ev.reverting_commits is None  # not looked for, not "none found"
+    (note,) = [n for n in ev.notes if n.startswith("git could not look for a revert of the fix: ")]
+    assert "bad object 0123abcd" in note
