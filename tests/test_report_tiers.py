@@ -1,4 +1,4 @@
-"""The fuzz search's and the GPU tier's own files, as their workflows write them.
+"""The fuzz search's and the GPU tier's own files, as their workflows write them; run.json's stamps.
 
 ``fuzz.json`` adds up the chunks a search ran (one leaked, one ran clean and reported no CPU time of its
 own); the GPU tier writes the usual verdict files marked as the tier's, plus each target's deployment,
@@ -7,7 +7,9 @@ preflight and A/B evidence.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from junitparser import JUnitXml
 
 from difflab.report.fuzz import NAME, SearchAsked, document, write_fuzz
 from difflab.report.gpu import write_ab, write_deployment, write_preflight, write_tier
+from difflab.report.record import folder_stamp, is_run_folder, stamp
 from test_report_documents import _run_verdicts
 
 ASKED = SearchAsked(
@@ -99,3 +102,29 @@ def test_each_target_keeps_its_deployment_preflight_and_ab_evidence(tmp_path: Pa
     assert json.loads(path.read_text()) == ab and path.read_text().endswith("}\n")
     assert '\n  "rounds"' in path.read_text()
     assert write_ab(tmp_path, "41404", {"rounds": []}).read_text() == '{\n  "rounds": []\n}\n'  # rewritten
+
+
+# -- run.json's timestamps and whose folder it is --------------------------------------------------------------
+def test_stamps_are_utc_whatever_the_machine_s_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        when = dt.datetime(2026, 5, 1, 14, 0, 7, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+        assert folder_stamp(when) == "20260501T120007Z" and stamp(when) == "2026-05-01T12:00:07Z"
+        local = dt.datetime(2026, 5, 1, 8, 0, 7)  # naive: the machine's own zone (New York, UTC-4 in May)
+        assert folder_stamp(local) == "20260501T120007Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_only_a_folder_this_tool_wrote_is_a_run_folder(tmp_path: Path) -> None:
+    assert not is_run_folder(tmp_path)  # no run.json
+    (tmp_path / "run.json").write_text(json.dumps({"tool": "sglang-difflab", "schema": 1}))
+    assert is_run_folder(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"tool": "another-tool"}))
+    assert not is_run_folder(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps(["sglang-difflab"]))
+    assert not is_run_folder(tmp_path)
+    (tmp_path / "run.json").write_text("{not json")
+    assert not is_run_folder(tmp_path)
