@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
 from difflab.report.selfcheck import render_markdown as render_selfcheck
 from difflab.report.selfcheck import write_selfcheck
-from difflab.report.throughput import Measured, write_log_tail
+from difflab.report.throughput import Measured, junit_cases, summary_lines, write_log_tail
 from test_mutation_judge import FIX, mutation, observed
 from test_report_readback import FORCED, PUBLISHED
 from test_throughput_judge import SIZES, WORKLOADS, rounds
@@ -593,3 +594,18 @@ def test_a_bench_log_keeps_its_tail_and_says_how_much_it_dropped(tmp_path: Path)
     assert (
         write_log_tail(tmp_path, "38935", "base", "".join(f"{i}\n" for i in range(200))).read_text().startswith("0\n")
     )
+
+
+def test_a_probe_measured_at_one_size_has_no_exponent_and_unrecorded_settings_are_said(tmp_path: Path) -> None:
+    """One size gives no slope (the exponent is NaN), and results read back without their settings say '?'."""
+    base = [{w: {"10": cells["10"]} for w, cells in r.items()} for r in rounds(7, 2e-5)]
+    head = [{w: {"10": v["10"] * 1.5} for w, v in r.items()} for r in base]
+    unmeasured = ThroughputResult(fix="38935", label="#38935", status="error", probe="p")
+    result = judge_throughput(unmeasured, WORKLOADS, base, head, seed=1)
+    assert result.ok and result.exponent.base != result.exponent.base  # NaN
+    text = "\n".join(summary_lines([result], None))
+    assert "(? pairs after ? warm-up); sizes ." in text and "; informational." in text
+    row = r"\| #38935 \| `\+` \| 1\.\d{3} \| 1\.\d{3}–1\.\d{3} \| [0-9.e-]+ \| n/a → n/a \| slower \|"
+    assert re.search(row, text), text
+    (case,) = junit_cases([result], None)
+    assert case.outcome == "passed" and "exponent n/a -> n/a" in case.message
