@@ -603,7 +603,9 @@ def test_a_probe_measured_at_one_size_has_no_exponent_and_unrecorded_settings_ar
     unmeasured = ThroughputResult(fix="38935", label="#38935", status="error", probe="p")
     result = judge_throughput(unmeasured, WORKLOADS, base, head, seed=1)
     assert result.ok and result.exponent.base != result.exponent.base  # NaN
-    text = "\n".join(summary_lines([result], None))
+    died = ThroughputResult(fix="43719b", label="#43719b", status="error")  # a bench that left no reason
+    text = "\n".join(summary_lines([result, died], None))
+    assert "| #43719b | | | | | | error:  |" in text
     assert "(? pairs after ? warm-up); sizes ." in text and "; informational." in text
     row = r"\| #38935 \| `\+` \| 1\.\d{3} \| 1\.\d{3}–1\.\d{3} \| [0-9.e-]+ \| n/a → n/a \| slower \|"
     assert re.search(row, text), text
