@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from difflab.backport.evidence import Evidence, disagreements, gather
+from difflab.backport.evidence import Evidence, _version_claim, disagreements, gather
 from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
@@ -340,3 +340,43 @@ def test_a_git_failure_looking_for_a_revert_leaves_it_unknown(
     assert ev.ancestor is True and ev.reverting_commits is None  # not looked for, not "none found"
     (note,) = [n for n in ev.notes if n.startswith("git could not look for a revert of the fix: ")]
     assert "bad object 0123abcd" in note
+
+
+@pytest.mark.parametrize(
+    ("version", "first", "claims", "note"),
+    [
+        ("0.5.21", "0.5.21", True, None),  # the release that carries the fix
+        ("0.5.22.post1", "0.5.21", True, None),
+        ("0.5.20", "0.5.21", False, None),
+        ("0.5.21rc1", "0.5.21", False, None),  # a release candidate comes before its release
+        ("0.5.22.dev3", "0.5.21", None, "version 0.5.22.dev3 is a development version: it claims nothing"),
+        ("0.5.22+fork.1", "0.5.21", None, "version 0.5.22+fork.1 is a development version: it claims nothing"),
+        ("fork-main", "0.5.21", None, "version 'fork-main' is not comparable with release 0.5.21"),
+        (None, "0.5.21", None, None),  # no version string read: no claim
+        ("0.5.22", None, None, None),  # no release carries the fix yet: nothing to claim
+    ],
+)
+def test_what_a_version_string_claims(version: str | None, first: str | None, claims: bool | None, note) -> None:
+    ev = Evidence(version=version, first_release_with_fix=first)
+    _version_claim(ev)
+    assert ev.version_claims_fix is claims
+    assert ev.notes == ([note] if note else [])
+
+
+def test_a_fork_whose_version_claims_the_fix_is_said_beside_its_behaviour(histories: Histories, tmp_path: Path) -> None:
+    """The matrix pins no fix commit here: git says nothing, the version string still claims the release."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX)
+    fix = load_matrix(matrix).fix("38935")
+    assert fix.head.release
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = mirror.branch("reimplemented")
+    ev = gather(mirror, tip, fix, upstream=None, matrix_path=matrix, version=fix.head.release)
+    assert (ev.version, ev.first_release_with_fix, ev.version_claims_fix) == (fix.head.release, fix.head.release, True)
+    assert ev.upstream_repo is None and ev.ancestor is None
+    assert [n for n in ev.notes if n.startswith("no upstream fix commit known: ")], ev.notes
+    assert disagreements("absent", ev) == [
+        f"the version string {fix.head.release} claims release {fix.head.release} (which carries the fix), "
+        "but the behaviour is absent"
+    ]
+    assert disagreements("present", ev) == []
