@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 from junitparser import JUnitXml
 
+from difflab import __version__
+from difflab.paths import checkout_root
+from difflab.report import record as record_module
 from difflab.report.fuzz import NAME, SearchAsked, document, write_fuzz
 from difflab.report.gpu import write_ab, write_deployment, write_preflight, write_tier
-from difflab.report.record import folder_stamp, is_run_folder, stamp
+from difflab.report.record import RunRecord, folder_stamp, is_run_folder, matrix_reference, stamp
 from test_report_documents import _run_verdicts
 
 ASKED = SearchAsked(
@@ -128,3 +132,55 @@ def test_only_a_folder_this_tool_wrote_is_a_run_folder(tmp_path: Path) -> None:
     assert not is_run_folder(tmp_path)
     (tmp_path / "run.json").write_text("{not json")
     assert not is_run_folder(tmp_path)
+
+
+def test_run_json_records_the_command_its_outcome_and_the_matrix_as_used(tmp_path: Path) -> None:
+    started = dt.datetime(2026, 12, 1, 9, 30, 0, tzinfo=dt.UTC)
+    record = RunRecord("backport", ["38935", "41404"], ["difflab", "backport"], started, {"runner": "warm"})
+    matrix = tmp_path / "upstream.toml"
+    matrix.write_text("# the matrix\n")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = record.write(folder, 1, matrix=(matrix, "a" * 64), environment={"python": "3.11"}, finished=started)
+    assert path == folder / "run.json" and is_run_folder(folder)
+    doc = json.loads(path.read_text())
+    assert path.read_text() == json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    assert doc == {
+        "runner": "warm",
+        "matrix": {"path": os.path.relpath(matrix, checkout_root()), "sha256": "a" * 64},  # from the checkout
+        "schema": 1,
+        "tool": "sglang-difflab",
+        "tool_version": __version__,
+        "command": "backport",
+        "argv": ["difflab", "backport"],
+        "started_at": "2026-12-01T09:30:00Z",
+        "finished_at": "2026-12-01T09:30:00Z",
+        "fixes": ["38935", "41404"],
+        "exit_code": 1,
+    }
+    assert (folder / "matrix.toml").read_text() == "# the matrix\n"
+    assert json.loads((folder / "environment.json").read_text()) == {"python": "3.11"}
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    RunRecord("merge", started=started).write(bare, 0)
+    assert sorted(p.name for p in bare.iterdir()) == ["run.json"]  # no matrix, no environment given
+    assert json.loads((bare / "run.json").read_text())["finished_at"] >= "2026-12-01T09:30:00Z"
+
+
+def test_the_matrix_is_named_relative_to_the_checkout_or_the_installed_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = checkout_root()
+    assert checkout is not None  # the suite runs from a checkout (or a copy of its layout)
+    inside = checkout / "matrices" / "upstream.toml"
+    assert matrix_reference(inside, "b" * 64) == {"path": "matrices/upstream.toml", "sha256": "b" * 64}
+    assert matrix_reference(Path("m.toml"), "c" * 64) == {"path": "m.toml", "sha256": "c" * 64}
+    site = tmp_path / "site-packages" / "difflab"
+    (site / "matrices").mkdir(parents=True)
+    (site / "matrices" / "upstream.toml").write_text("")
+    monkeypatch.setattr(record_module, "checkout_root", lambda: None)
+    monkeypatch.setattr(record_module, "installed_package", lambda: site)
+    installed = matrix_reference(site / "matrices" / "upstream.toml", "d" * 64)
+    assert installed == {"path": "difflab/matrices/upstream.toml", "sha256": "d" * 64}
+    elsewhere = tmp_path / "mine.toml"
+    assert matrix_reference(elsewhere, "e" * 64) == {"path": str(elsewhere), "sha256": "e" * 64}
