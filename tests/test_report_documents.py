@@ -52,6 +52,7 @@ from difflab.report.containment import render_markdown as render_contains
 from difflab.report.containment import write_files as write_contains
 from difflab.report.grid import write_html
 from difflab.report.markdown import cell as markdown_cell
+from difflab.report.markdown import code as markdown_code
 from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
 from difflab.report.selfcheck import render_markdown as render_selfcheck
@@ -611,3 +612,11 @@ def test_a_probe_measured_at_one_size_has_no_exponent_and_unrecorded_settings_ar
     assert re.search(row, text), text
     (case,) = junit_cases([result], None)
     assert case.outcome == "passed" and "exponent n/a -> n/a" in case.message
+
+
+def test_a_name_from_a_build_stays_one_code_span_in_one_table_cell() -> None:
+    """A forced attribute's name comes from the build: its pipes, line breaks and backticks stay inside."""
+    assert markdown_code("server_args.x") == "`server_args.x`"
+    assert markdown_code("a|b\nc") == "`a\\|b c`"  # no cell boundary, no line break
+    assert markdown_code("a`b") == "`` a`b ``"
+    assert markdown_code("a``b|c") == "`` a` `b\\|c ``"
