@@ -620,3 +620,34 @@ def test_a_name_from_a_build_stays_one_code_span_in_one_table_cell() -> None:
     assert markdown_code("a|b\nc") == "`a\\|b c`"  # no cell boundary, no line break
     assert markdown_code("a`b") == "`` a`b ``"
     assert markdown_code("a``b|c") == "`` a` `b\\|c ``"
+
+
+FILES = ("junit.xml", "summary.md")
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_a_junit_writer_that_fails_leaves_a_stand_in_ci_reads_as_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], measured: bool
+) -> None:
+    """junit.xml in CI: a writer's own failure is one errored case naming it, and the run's other files stay."""
+    import difflab.report as report
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise RuntimeError('writer broke on <"\x1b">')
+
+    monkeypatch.setattr(report, "write_cases" if measured else "write_junit", broken)
+    monkeypatch.setattr(report, "write_summary", broken)
+    verdicts = _run_verdicts()
+    report.write_reports(tmp_path, verdicts, throughput=Measured(_measured()[:1]) if measured else None)
+    (suite,) = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
+    (case,) = list(suite)
+    assert (suite.name, suite.tests, suite.errors, case.classname, case.name) == ("difflab", 1, 1, "difflab", "report")
+    (error,) = case.result
+    assert isinstance(error, Error) and error.message == 'RuntimeError: writer broke on <"\\x1b">'
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("# summary\n\nsummary.md could not be written: RuntimeError: writer broke on &lt;")
+    assert summary.endswith("; diff.json holds every verdict.\n")
+    assert len(json.loads((tmp_path / "diff.json").read_text())["fixes"]) == len(verdicts)
+    err = capsys.readouterr().err.splitlines()
+    why = 'RuntimeError: writer broke on <"\\x1b">'  # the ESC shown, never sent to the terminal
+    assert err == [f"difflab: {name} could not be written ({why}); diff.json holds every verdict" for name in FILES]
