@@ -380,3 +380,21 @@ def test_a_fork_whose_version_claims_the_fix_is_said_beside_its_behaviour(histor
         "but the behaviour is absent"
     ]
     assert disagreements("present", ev) == []
+
+
+def test_every_commit_found_is_named_and_a_re_implementation_is_said_in_full() -> None:
+    """Two cherry-picks (one per release branch merged in) and two reverts: each named by its short SHA."""
+    twice = Evidence(
+        ancestor=False,
+        patch_equivalent=True,
+        equivalent_commits=["a" * 40, "b" * 40],
+        reverting_commits=["c" * 40, "d" * 40],
+    )
+    assert disagreements("absent", twice) == [
+        f"a patch-equivalent commit ({'a' * 12}, {'b' * 12}) is in the history, but the behaviour is absent: "
+        f"reverted by {'c' * 12}, {'d' * 12}"
+    ]
+    assert disagreements("present", Evidence(ancestor=False, patch_equivalent=False)) == [
+        "the behaviour is present without the fix commit or a patch-equivalent commit "
+        "(re-implemented, squashed with other changes, or conflict-resolved)"
+    ]
