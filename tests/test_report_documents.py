@@ -53,6 +53,7 @@ from difflab.report.containment import write_files as write_contains
 from difflab.report.grid import write_html
 from difflab.report.markdown import cell as markdown_cell
 from difflab.report.markdown import code as markdown_code
+from difflab.report.markdown import render_summary as render_run_summary
 from difflab.report.results import diff_document
 from difflab.report.selfcheck import document as selfcheck_document
 from difflab.report.selfcheck import render_markdown as render_selfcheck
@@ -651,3 +652,24 @@ def test_a_junit_writer_that_fails_leaves_a_stand_in_ci_reads_as_an_error(
     err = capsys.readouterr().err.splitlines()
     why = 'RuntimeError: writer broke on <"\\x1b">'  # the ESC shown, never sent to the terminal
     assert err == [f"difflab: {name} could not be written ({why}); diff.json holds every verdict" for name in FILES]
+
+
+def test_a_summary_goes_on_past_a_fix_with_no_probes_and_shows_every_forced_switch() -> None:
+    """The fix with no probes first: every later fix keeps its section. Switches forced on both sides, by
+    several variables or by none, are each said; a side with no label is left blank; build text stays text."""
+    verdicts = _run_verdicts()
+    verdicts = [verdicts[-1], *verdicts[:-1]]
+    door = next(p for v in verdicts for p in v.probes if p.probe == "pr41404_deferred_release")
+    door.base.forced = [dict(FORCED, env=["SGLANG_A", "SGLANG_B"])]
+    door.head.forced = [dict(FORCED, env=[])]
+    verdicts[0].head = {}
+    verdicts[0].reason = "see https://example.org/x and www.example.org\nnext line"
+    text = render_run_summary(verdicts)
+    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("## #")] == [
+        f"## #{v.fix}{f' ({v.part})' if v.part else ''}" for v in verdicts[1:]
+    ]
+    forced = "`server_args.disaggregation_decode_polling_interval` forced to 1; this build's default is 10"
+    assert f"- base: {forced} (SGLANG_A, SGLANG_B)\n- head: {forced} (no environment variable)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 40000 |"))
+    assert row.split("|")[3:5] == [" missing ", " "]  # the base's label, and no head label at all
+    assert "see https&#58;//example.org/x and www&#46;example.org next line" in row
