@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from difflab.backport.evidence import Evidence, disagreements, gather
+from difflab.backport.evidence import Evidence, _version_claim, disagreements, gather
 from difflab.diff.likeness import judge_backport
 from difflab.matrix import load_matrix
 from difflab.observation import Observation
@@ -190,6 +190,14 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> Histories:
     commits["merged-revert"] = _git(fork, "rev-parse", "HEAD")
     _git(fork, "checkout", "-q", "-b", "reimplemented", base)
     commits["reimplemented"] = _commit(fork, "Fork: retire rejected requests our way", {DECODE: OWN_CODE})
+    _git(fork, "checkout", "-q", "-b", "revert-then-work", fix)  # the revert lies below later fork work
+    _git(fork, "revert", "--no-edit", fix)
+    commits["revert-then-work"] = _git(fork, "rev-parse", "HEAD")
+    _commit(fork, "Fork: later work elsewhere", {"python/sglang/fork.py": "FORK = 2\n"})
+    _git(fork, "checkout", "-q", "--orphan", "imported")  # the code imported as a fresh history, fix on top
+    _git(fork, "rm", "-rq", "--cached", ".")
+    _commit(fork, "Import SGLang 0.5.20", {DECODE: BASE_CODE, "python/sglang/version.py": '__version__ = "0.5.20"\n'})
+    commits["imported"] = _commit(fork, "Retire rejected requests (from upstream)", {DECODE: FIXED_CODE})
     return Histories(up, fork, base, fix, commits)
 
 
@@ -293,3 +301,100 @@ def test_a_merge_base_failure_is_not_read_as_no_shared_history(
     assert not any("share no history" in n for n in ev.notes), ev.notes
     assert any("unable to read tree 0123abcd" in n for n in ev.notes), ev.notes
     assert disagreements("present", ev) == []
+
+
+def test_a_fork_with_no_shared_history_is_scanned_from_its_tip(histories: Histories, tmp_path: Path) -> None:
+    """A fork that imported the code as a fresh history: merge-base exits 1, and the latest commits are scanned."""
+    ev = _gather(histories, tmp_path, "imported")
+    assert ev.ancestor is False and ev.patch_equivalent is True
+    assert ev.equivalent_commits == [histories.commits["imported"]] and ev.scanned_commits == 2
+    assert "the fork and the fix share no history; scanned the ref's latest commits" in ev.notes
+    limited = _gather(histories, tmp_path, "imported", scan_limit=1)
+    assert limited.scanned_commits == 1 and limited.equivalent_commits == [histories.commits["imported"]]
+
+
+def test_a_revert_below_later_fork_work_is_found_within_the_scan_limit(histories: Histories, tmp_path: Path) -> None:
+    """Only commits touching the fix's files count toward the limit: later work elsewhere cannot hide a revert."""
+    ev = _gather(histories, tmp_path, "revert-then-work", scan_limit=1)
+    assert ev.ancestor is True and ev.reverting_commits == [histories.commits["revert-then-work"]]
+
+
+class _FailingDiffTree(_FailingMergeBase):
+    """The mirror's own git, but listing the fix's files fails (a broken object store)."""
+
+    def merge_base(self, *args: str) -> str:
+        return self._real.merge_base(*args)
+
+    def diff_tree(self, *args: str) -> str:
+        raise git.GitCommandError(["git", "diff-tree", *args], 128, b"fatal: bad object 0123abcd")
+
+
+def test_a_git_failure_looking_for_a_revert_leaves_it_unknown(
+    histories: Histories, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = mirror.branch("merged-revert")
+    real = Mirror.repo_unlocked
+    monkeypatch.setattr(Mirror, "repo_unlocked", lambda self: _FailingDiffTree(real(self)))
+    ev = _gather(histories, tmp_path, "merged-revert", mirror=mirror, ref_sha=tip)
+    assert ev.ancestor is True and ev.reverting_commits is None  # not looked for, not "none found"
+    (note,) = [n for n in ev.notes if n.startswith("git could not look for a revert of the fix: ")]
+    assert "bad object 0123abcd" in note
+
+
+@pytest.mark.parametrize(
+    ("version", "first", "claims", "note"),
+    [
+        ("0.5.21", "0.5.21", True, None),  # the release that carries the fix
+        ("0.5.22.post1", "0.5.21", True, None),
+        ("0.5.20", "0.5.21", False, None),
+        ("0.5.21rc1", "0.5.21", False, None),  # a release candidate comes before its release
+        ("0.5.22.dev3", "0.5.21", None, "version 0.5.22.dev3 is a development version: it claims nothing"),
+        ("0.5.22+fork.1", "0.5.21", None, "version 0.5.22+fork.1 is a development version: it claims nothing"),
+        ("fork-main", "0.5.21", None, "version 'fork-main' is not comparable with release 0.5.21"),
+        (None, "0.5.21", None, None),  # no version string read: no claim
+        ("0.5.22", None, None, None),  # no release carries the fix yet: nothing to claim
+    ],
+)
+def test_what_a_version_string_claims(version: str | None, first: str | None, claims: bool | None, note) -> None:
+    ev = Evidence(version=version, first_release_with_fix=first)
+    _version_claim(ev)
+    assert ev.version_claims_fix is claims
+    assert ev.notes == ([note] if note else [])
+
+
+def test_a_fork_whose_version_claims_the_fix_is_said_beside_its_behaviour(histories: Histories, tmp_path: Path) -> None:
+    """The matrix pins no fix commit here: git says nothing, the version string still claims the release."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX)
+    fix = load_matrix(matrix).fix("38935")
+    assert fix.head.release
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    tip = mirror.branch("reimplemented")
+    ev = gather(mirror, tip, fix, upstream=None, matrix_path=matrix, version=fix.head.release)
+    assert (ev.version, ev.first_release_with_fix, ev.version_claims_fix) == (fix.head.release, fix.head.release, True)
+    assert ev.upstream_repo is None and ev.ancestor is None
+    assert [n for n in ev.notes if n.startswith("no upstream fix commit known: ")], ev.notes
+    assert disagreements("absent", ev) == [
+        f"the version string {fix.head.release} claims release {fix.head.release} (which carries the fix), "
+        "but the behaviour is absent"
+    ]
+    assert disagreements("present", ev) == []
+
+
+def test_every_commit_found_is_named_and_a_re_implementation_is_said_in_full() -> None:
+    """Two cherry-picks (one per release branch merged in) and two reverts: each named by its short SHA."""
+    twice = Evidence(
+        ancestor=False,
+        patch_equivalent=True,
+        equivalent_commits=["a" * 40, "b" * 40],
+        reverting_commits=["c" * 40, "d" * 40],
+    )
+    assert disagreements("absent", twice) == [
+        f"a patch-equivalent commit ({'a' * 12}, {'b' * 12}) is in the history, but the behaviour is absent: "
+        f"reverted by {'c' * 12}, {'d' * 12}"
+    ]
+    assert disagreements("present", Evidence(ancestor=False, patch_equivalent=False)) == [
+        "the behaviour is present without the fix commit or a patch-equivalent commit "
+        "(re-implemented, squashed with other changes, or conflict-resolved)"
+    ]

@@ -142,3 +142,63 @@ def test_nothing_is_written_without_a_family_or_defaults(tmp_path: Path) -> None
     m = load_matrix(write(tmp_path, RELEASES + FIX))
     assert write_family(tmp_path, m, {"0.5.21": {"38935": "present"}}) == []
     assert not (tmp_path / "family.json").exists() and answer_lines(tmp_path) == []
+
+
+def test_each_build_gets_its_own_answer_and_family_json_without_defaults(tmp_path: Path) -> None:
+    """A release that carries every member and a fork that lacks one: one line each, marked by its own answer."""
+    m = matrix_of(tmp_path, _second("a"), _second("b"))
+    per_build = {"0.5.21": {"a": "present", "b": "present"}, "fork abc": {"a": "present", "b": "absent"}}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = write_family(folder, m, per_build)
+    doc = json.loads((folder / "family.json").read_text())  # written with no defaults read
+    assert doc["schema"] == 1 and doc["defaults"] == {}
+    (report,) = judge_families(m.families.values(), m.fixes, per_build)
+    safe, unsafe = report.builds
+    assert (safe.safe, unsafe.safe) == (True, False) and safe.line() != unsafe.line()
+    assert [b["line"] for b in doc["families"][0]["builds"]] == [safe.line(), unsafe.line()]
+    assert lines == [
+        "",
+        "## Family `kv-safety`: KV safety",
+        "",
+        "| build | answer |",
+        "|---|---|",
+        f"| 0.5.21 | ✅ {safe.line()} |",
+        f"| fork abc | ❌ {unsafe.line()} |",
+    ]
+    assert answer_lines(folder) == [
+        f"family kv-safety @ 0.5.21: {safe.line()}",
+        f"family kv-safety @ fork abc: {unsafe.line()}",
+    ]
+
+
+def test_every_family_gets_its_section(tmp_path: Path) -> None:
+    families = FAMILY + '\n[families.pd-abort]\ntitle = "PD abort"\n'
+    m = matrix_of(tmp_path, _second("a"), _second("b", "pd-abort"), families=families)
+    lines = write_family(tmp_path, m, {"0.5.21": {"a": "present", "b": "absent"}})
+    assert [line for line in lines if line.startswith("## ")] == [
+        "## Family `kv-safety`: KV safety",
+        "## Family `pd-abort`: PD abort",
+    ]
+    assert [f["family"] for f in json.loads((tmp_path / "family.json").read_text())["families"]] == [
+        "kv-safety",
+        "pd-abort",
+    ]
+
+
+def test_defaults_alone_are_written_with_a_section_per_build(tmp_path: Path) -> None:
+    m = load_matrix(write(tmp_path, RELEASES + FIX))
+    lines = write_family(tmp_path, m, {"0.5.21": {"38935": "present"}}, {"0.5.21": [_Default()], "fork": []})
+    assert lines == [
+        "",
+        "### Configuration-only defences: 0.5.21's defaults",
+        "",
+        "- PD KV checksum (#39500): off",
+        "",
+        "### Configuration-only defences: fork's defaults",
+        "",
+    ]
+    doc = json.loads((tmp_path / "family.json").read_text())
+    assert doc == {"schema": 1, "families": [], "defaults": {"0.5.21": [_Default().to_dict()], "fork": []}}
+    (tmp_path / "family.json").write_text(json.dumps({"schema": 1, "defaults": {}}))  # a file with no families key
+    assert answer_lines(tmp_path) == []

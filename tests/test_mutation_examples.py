@@ -30,7 +30,7 @@ def package_copy(tmp_path: Path) -> Path:
     """``<tmp>/src/difflab`` plus the checkout folders the package finds beside itself."""
     src = tmp_path / "src"
     shutil.copytree(PACKAGE, src / "difflab", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("matrices", "probes"):
+    for name in ("matrices", "probes", "results"):
         (tmp_path / name).symlink_to(ROOT / name)
     return src
 

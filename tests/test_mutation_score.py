@@ -88,12 +88,38 @@ def test_the_score_the_survivors_and_the_stale_entries_are_reported(
         "      - return x",
         "      + return None",
     ]
-    assert out[-2:] == [
+    assert out[-5:-3] == [
         "1 allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):",
         "  difflab.diff.verdict: gone: b",
     ]
-    assert code == 0
-    assert score.main(["--mutants", str(mutants), "--allowlist", str(_allowlist(tmp_path))]) == 1  # below 90 %
+    assert out[-2:] == ["1 module(s) below the threshold of 60%:", "  difflab.diff.verdict: 50.0%"]
+    assert code == 1  # 60 % overall, but one module is below it
+
+
+def test_every_module_must_reach_the_threshold(
+    tmp_path: Path, score: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mutants = _mutants(
+        tmp_path,
+        {
+            "src/difflab/diff/verdict.py": {f"difflab.diff.verdict.x_judge_probe__mutmut_{i}": 1 for i in range(9)},
+            "src/difflab/matrix/load.py": {
+                "difflab.matrix.load.x__fix__mutmut_3": 3,
+                "difflab.matrix.load.x__fix__mutmut_4": 0,
+            },
+        },
+    )
+    args = ["--mutants", str(mutants), "--allowlist", str(tmp_path / "none.toml")]
+    assert score.main([*args, "--threshold", "50"]) == 0  # 10 of 11 overall, load at 50 %
+    assert "below the threshold" not in capsys.readouterr().out
+    assert score.main([*args, "--threshold", "90"]) == 1  # 90.9 % overall, but load at 50 %
+    out = capsys.readouterr().out.splitlines()
+    assert "mutation score: 90.9% (10 of 11" in out[4]
+    assert out[-2:] == ["1 module(s) below the threshold of 90%:", "  difflab.matrix.load: 50.0%"]
+    assert score.main([*args, "--only", "difflab.diff.*"]) == 0  # a partial run scores its own modules
+    assert "difflab.matrix.load" not in capsys.readouterr().out
+    assert score.main([*args, "--only", "difflab.diff.*", "--only", "difflab.matrix.*"]) == 1
+    assert "difflab.matrix.load: 50.0%" in capsys.readouterr().out
 
 
 def test_a_partial_pass_is_said_and_hides_the_stale_entries(

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from difflab.diff.containment import ABSENT, PRESENT, VERDICTS, Cell, ContainmentTable
 
@@ -39,7 +39,6 @@ def _cell_view(c: Cell, label: str) -> dict[str, Any]:
         "agrees": c.agrees,
         "regression": c.regression,
         "reason": c.reason,
-        "notes": c.notes,
         "links": links,
         "backend_note": c.backend_note(),
     }
@@ -58,7 +57,7 @@ def switch_notes(t: ContainmentTable) -> list[dict[str, Any]]:
 def render_html(t: ContainmentTable, meta: dict[str, Any]) -> str:
     env = Environment(
         loader=PackageLoader("difflab.report", "templates"),
-        autoescape=select_autoescape(["html", "j2"]),
+        autoescape=True,  # one template, HTML: reasons quote SGLang's own error text
         undefined=StrictUndefined,
         keep_trailing_newline=True,
     )

@@ -108,5 +108,5 @@ def verdict_cases(verdicts: list[FixVerdict]) -> Iterable[Case]:
             yield Case(f"fix.{v.id}", p.probe, outcome, message, kind, duration, "\n".join(fields))
 
 
-def write_junit(path: Path, verdicts: list[FixVerdict], suite_name: str = "difflab") -> None:
+def write_junit(path: Path, verdicts: list[FixVerdict], suite_name: str) -> None:
     write_cases(path, suite_name, verdict_cases(verdicts))

@@ -122,7 +122,6 @@ def forced_lines(probe: ProbeDiff) -> list[str]:
     return out
 
 
-def write_summary(
-    path: Path, verdicts: list[FixVerdict], title: str = "SGLang fix verification", appendix: Sequence[str] = ()
-) -> None:
+def write_summary(path: Path, verdicts: list[FixVerdict], title: str, appendix: Sequence[str]) -> None:
+    """summary.md (:func:`render_summary`); the caller gives the title and the appendix."""
     path.write_text(render_summary(verdicts, title, appendix))

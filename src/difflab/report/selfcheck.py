@@ -42,7 +42,7 @@ def _coverage_case(c: HunkCoverage) -> Case:
             "no causal mutation for: " + ", ".join(c.uncovered),
             "uncovered",
         )
-    return Case(f"selfcheck.{c.fix}", "hunk-coverage", "passed", "", "")
+    return Case(f"selfcheck.{c.fix}", "hunk-coverage")
 
 
 def junit_cases(results: list[MutationResult], coverage: list[HunkCoverage]) -> Iterator[Case]:
