@@ -260,7 +260,9 @@ def test_a_scan_cut_short_by_the_limit_says_neither_yes_nor_no(histories: Histor
     ev = _gather(histories, tmp_path, "cherry", scan_limit=1)
     assert ev.ancestor is False and ev.scanned_commits == 1
     assert ev.patch_equivalent is None and ev.equivalent_commits == []
-    assert any("latest 1 commits" in n and "--scan-limit" in n for n in ev.notes), ev.notes
+    assert ev.notes == [
+        "no patch-equivalent commit among the ref's latest 1 commits; older ones were not scanned (--scan-limit)"
+    ]
     assert disagreements("present", ev) == []
 
 
@@ -398,3 +400,126 @@ def test_every_commit_found_is_named_and_a_re_implementation_is_said_in_full() -
         "the behaviour is present without the fix commit or a patch-equivalent commit "
         "(re-implemented, squashed with other changes, or conflict-resolved)"
     ]
+
+
+# -- evidence from small purpose-built histories: each holds one shape a fork's git can take ----------------
+
+
+def _repo(path: Path) -> Path:
+    _git(path.parent, "init", "-q", "-b", "main", str(path))
+    return path
+
+
+def _gather_pinned(tmp_path: Path, fork: Path, branch: str, head_sha: str, upstream: str | None, **kw) -> Evidence:
+    """gather() for a matrix that pins ``head_sha`` as the fix commit."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    matrix = tmp_path / "m.toml"
+    pins = f'commits = {{ head = {{ sha = "{head_sha}", confirmed = false }} }}\n'
+    matrix.write_text(MATRIX.replace('id = "38935"\n', 'id = "38935"\n' + pins))
+    mirror = Mirror(str(fork), cache=tmp_path / "cache")
+    tip = mirror.branch(branch)
+    for key, value in kw.pop("config", {}).items():
+        mirror.repo_unlocked().config(key, value)
+    fix = load_matrix(matrix).fix("38935")
+    return gather(mirror, tip, fix, upstream=upstream, matrix_path=matrix, version=None, **kw)
+
+
+def test_the_fix_commit_in_the_fork_needs_no_upstream(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather_pinned(tmp_path, histories.fork, "merged-revert", histories.fix, None)
+    assert ev.upstream_repo is None and ev.fix_commit == histories.fix and ev.ancestor is True
+    assert "the fix commit itself is in the ref's history" in ev.notes
+
+
+def test_the_upstream_named_is_recorded(histories: Histories, tmp_path: Path) -> None:
+    ev = _gather(histories, tmp_path, "cherry")
+    assert ev.upstream_repo == str(histories.upstream)
+
+
+@pytest.mark.parametrize(
+    ("sha", "upstream", "note"),
+    [
+        ("abcdef1", None, "abcdef1 is a short SHA not in the fork's history; `difflab lock` records full SHAs"),
+        ("e" * 40, None, f"{'e' * 40} is not in the fork and no upstream repository was given"),
+        ("e" * 40, "upstream", f"cannot fetch {'e' * 40} from upstream: "),
+    ],
+)
+def test_a_fix_commit_git_cannot_reach_is_said_why(
+    histories: Histories, tmp_path: Path, sha: str, upstream: str | None, note: str
+) -> None:
+    url = str(histories.upstream) if upstream else None
+    ev = _gather_pinned(tmp_path, histories.fork, "cherry", sha, url)
+    assert ev.fix_commit is None and ev.ancestor is None and ev.patch_equivalent is None
+    (said,) = ev.notes
+    assert said.startswith(note) if upstream else said == note
+
+
+def test_a_users_colour_and_log_format_settings_do_not_change_the_patch_ids(
+    histories: Histories, tmp_path: Path
+) -> None:
+    """``color.ui=always`` and ``format.pretty`` in a git config must not hide the cherry-pick or its revert."""
+    config = {"color.ui": "always", "format.pretty": "format:%s"}
+    ev = _gather_pinned(
+        tmp_path, histories.fork, "cherry-revert", histories.fix, str(histories.upstream), config=config
+    )
+    assert ev.patch_equivalent is True and ev.equivalent_commits == [histories.commits["cherry"]]
+    assert ev.reverting_commits == [histories.commits["cherry-revert"]]
+
+
+def test_a_root_fix_commit_has_no_base_and_no_revert_is_looked_for(tmp_path: Path) -> None:
+    """The fix is upstream's first commit; the fork, of its own history, applied the same patch."""
+    up, fork = _repo(tmp_path / "up"), _repo(tmp_path / "fork")
+    fix = _commit(up, "Add the scheduler", {DECODE: FIXED_CODE})
+    _commit(fork, "Fork: start", {"README": "fork\n"})
+    applied = _commit(fork, "Add the scheduler (from upstream)", {DECODE: FIXED_CODE})
+    ev = _gather_pinned(tmp_path, fork, "main", fix, str(up))
+    assert ev.fix_commit == fix and ev.fix_base is None and ev.ancestor is False
+    assert ev.patch_equivalent is True and ev.equivalent_commits == [applied]
+    assert ev.reverting_commits is None
+    assert ev.notes == ["the fork and the fix share no history; scanned the ref's latest commits"]
+
+
+def test_an_empty_fix_commit_has_no_patch_to_look_for(tmp_path: Path) -> None:
+    up = _repo(tmp_path / "up")
+    base = _commit(up, "Release", {DECODE: BASE_CODE})
+    _git(up, "commit", "-q", "--allow-empty", "-m", "An empty fix")
+    fix = _git(up, "rev-parse", "HEAD")
+    _git(up, "checkout", "-q", "-b", "other", base)
+    _commit(up, "Other work", {"python/sglang/other.py": "x = 1\n"})
+    ev = _gather_pinned(tmp_path, up, "other", fix, str(up))  # the fix lies on main, outside the branch
+    assert ev.fix_base == base and ev.ancestor is False and ev.patch_equivalent is None
+    assert ev.notes == [f"{fix[:12]} has an empty diff: no patch to look for"]
+    merged = _gather_pinned(tmp_path / "merged", up, "main", fix, None)
+    assert merged.ancestor is True and merged.reverting_commits == []
+
+
+def test_a_revert_of_a_fix_touching_two_files_is_found(tmp_path: Path) -> None:
+    up = _repo(tmp_path / "up")
+    _commit(up, "Release", {DECODE: BASE_CODE, "python/sglang/b.py": "B = 1\n"})
+    fix = _commit(up, "Fix in two files", {DECODE: FIXED_CODE, "python/sglang/b.py": "B = 2\n"})
+    _git(up, "revert", "--no-edit", fix)
+    revert = _git(up, "rev-parse", "HEAD")
+    ev = _gather_pinned(tmp_path, up, "main", fix, None)
+    assert ev.ancestor is True and ev.reverting_commits == [revert]
+
+
+def test_the_commit_a_fix_undoes_is_not_its_revert(tmp_path: Path) -> None:
+    """The fix undoes an earlier commit (which has the fix's inverted patch): only commits after the fix count."""
+    up = _repo(tmp_path / "up")
+    _commit(up, "Release", {DECODE: FIXED_CODE})
+    _commit(up, "Introduce the bug", {DECODE: BASE_CODE})
+    fix = _commit(up, "Fix the bug", {DECODE: FIXED_CODE})
+    _commit(up, "Later work elsewhere", {"python/sglang/other.py": "x = 1\n"})
+    ev = _gather_pinned(tmp_path, up, "main", fix, None)
+    assert ev.ancestor is True and ev.reverting_commits == []
+
+
+def test_the_revert_scan_stops_at_the_scan_limit(tmp_path: Path) -> None:
+    """The revert lies below a later commit to the fix's file: a scan of one commit does not reach it."""
+    up = _repo(tmp_path / "up")
+    _commit(up, "Release", {DECODE: BASE_CODE})
+    fix = _commit(up, "Fix", {DECODE: FIXED_CODE})
+    _git(up, "revert", "--no-edit", fix)
+    revert = _git(up, "rev-parse", "HEAD")
+    _commit(up, "Later work in the same file", {DECODE: BASE_CODE + "\n\nX = 1\n"})
+    assert _gather_pinned(tmp_path, up, "main", fix, None, scan_limit=2).reverting_commits == [revert]
+    assert _gather_pinned(tmp_path / "one", up, "main", fix, None, scan_limit=1).reverting_commits == []
