@@ -5,6 +5,7 @@ reverts or re-implements it).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -523,3 +524,20 @@ def test_the_revert_scan_stops_at_the_scan_limit(tmp_path: Path) -> None:
     _commit(up, "Later work in the same file", {DECODE: BASE_CODE + "\n\nX = 1\n"})
     assert _gather_pinned(tmp_path, up, "main", fix, None, scan_limit=2).reverting_commits == [revert]
     assert _gather_pinned(tmp_path / "one", up, "main", fix, None, scan_limit=1).reverting_commits == []
+
+
+def test_the_fix_commit_comes_from_the_lock_beside_the_matrix(
+    histories: Histories, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The matrix pins no commit; `difflab lock` resolved it into the lock next to that matrix (not $DIFFLAB_LOCK's)."""
+    monkeypatch.setenv("DIFFLAB_LOCK", str(tmp_path / "elsewhere.lock.json"))
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX)
+    entry = {"fix": "38935", "pr": 38935, "status": "resolved", "base": histories.base, "head": histories.fix}
+    lock = {"schema": 1, "repo": str(histories.upstream), "branch": "main", "branch_tip": histories.fix}
+    lock |= {"matrix": "m.toml", "matrix_sha256": "0" * 64, "resolved_at": "2026-01-01T00:00:00Z"}
+    (tmp_path / "m.lock.json").write_text(json.dumps(lock | {"entries": {"38935": entry}}))
+    mirror = Mirror(str(histories.fork), cache=tmp_path / "cache")
+    fix = load_matrix(matrix).fix("38935")
+    ev = gather(mirror, mirror.branch("merged-revert"), fix, upstream=None, matrix_path=matrix, version=None)
+    assert ev.fix_commit == histories.fix and ev.ancestor is True
