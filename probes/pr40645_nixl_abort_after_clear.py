@@ -35,15 +35,10 @@ writes were posted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import backend_gap
-from harness.features import Machinery
-from harness.nixl import NixlPrefillRank, abort_from_decode, build_prefill_rank
-
-BACKEND = "nixl"
+from harness.nixl import build_prefill_rank, observe_scenarios
 
 # ---------------------------------------------------------------------------
 # Version adaptations, by feature:
@@ -52,29 +47,20 @@ BACKEND = "nixl"
 #   the ABORT handler: inline in _handle_abort_notification (<= 0.5.21), its deferred part in
 #     _handle_deferred_abort_ack (0.5.22): both reached through the build's bootstrap thread
 # ---------------------------------------------------------------------------
-MACHINERY = Machinery(
-    "NIXL drain-acknowledged abort (deferred KV release)",
-    "sglang.srt.disaggregation.nixl.conn",
-    "NixlKVManager._handle_abort_notification",
-)
-
-
-def _abort(rank: NixlPrefillRank) -> Callable[[], None]:
-    return lambda: rank.deliver(abort_from_decode(rank.room))
 
 
 # --- scenarios -------------------------------------------------------------------
 def abort_after_clear(kit: Kit) -> dict[str, Any]:
     """The sender's clear(), then the ABORT, while the KV write is posted: acked once it settles?"""
     rank = build_prefill_rank(kit, room=40651)
-    seen = rank.write_room(rank.clear_sender, _abort(rank))
+    seen = rank.write_room(rank.clear_sender, rank.abort)
     return {**seen, "acks": rank.acks()}
 
 
 def aborted(kit: Kit) -> dict[str, Any]:
     """Control: the ABORT while the KV write is posted, the room still known -> acked once it settles."""
     rank = build_prefill_rank(kit, room=40652)
-    seen = rank.write_room(_abort(rank))
+    seen = rank.write_room(rank.abort)
     return {**seen, "acks": rank.acks()}
 
 
@@ -82,7 +68,7 @@ def settled(kit: Kit) -> dict[str, Any]:
     """Control: the room written and concluded Success; a lone ABORT for it now is acked at once."""
     rank = build_prefill_rank(kit, room=40653)
     seen = rank.write_room()
-    rank.deliver(abort_from_decode(rank.room))
+    rank.abort()
     return {**seen, "acks": rank.acks()}
 
 
@@ -91,7 +77,7 @@ def idle_after_clear(kit: Kit) -> dict[str, Any]:
     rank = build_prefill_rank(kit, room=40654)
     seen = rank.write_room()
     rank.clear_sender()
-    rank.deliver(abort_from_decode(rank.room))
+    rank.abort()
     return {**seen, "acks": rank.acks()}
 
 
@@ -99,11 +85,4 @@ SCENARIOS = (abort_after_clear, aborted, settled, idle_after_clear)
 
 
 def observe(kit: Kit) -> dict[str, Any]:
-    MACHINERY.require(kit)
-    gap = backend_gap(BACKEND)
-    if gap is not None:
-        return kit.backend_not_applicable(BACKEND, gap)
-    fields: dict[str, Any] = {}
-    for scenario in SCENARIOS:
-        fields.update({f"{scenario.__name__}.{k}": v for k, v in scenario(kit).items()})
-    return kit.on_backend(BACKEND, fields)
+    return observe_scenarios(kit, SCENARIOS)

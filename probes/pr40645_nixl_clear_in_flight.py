@@ -26,44 +26,30 @@ decode agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import backend_gap
-from harness.features import Machinery
-from harness.nixl import NixlPrefillRank, abort_from_decode, build_prefill_rank
-
-BACKEND = "nixl"
+from harness.nixl import build_prefill_rank, observe_scenarios
 
 # ---------------------------------------------------------------------------
 # Version adaptations, by feature:
 #   decode's ABORT on the wire: harness.nixl.abort_from_decode
-#   <= 0.5.18 has no drain ack at all (the machinery below)
+#   <= 0.5.18 has no drain ack at all (harness.nixl.DRAIN_ACK: not applicable there)
 # ---------------------------------------------------------------------------
-MACHINERY = Machinery(
-    "NIXL drain-acknowledged abort (deferred KV release)",
-    "sglang.srt.disaggregation.nixl.conn",
-    "NixlKVManager._handle_abort_notification",
-)
-
-
-def _abort(rank: NixlPrefillRank) -> Callable[[], None]:
-    return lambda: rank.deliver(abort_from_decode(rank.room))
 
 
 # --- scenarios -------------------------------------------------------------------
 def cleared_in_flight(kit: Kit) -> dict[str, Any]:
     """The ABORT, then the sender's clear(), while the KV write is posted: acked once it settles?"""
     rank = build_prefill_rank(kit, room=40661)
-    seen = rank.write_room(_abort(rank), rank.clear_sender)
+    seen = rank.write_room(rank.abort, rank.clear_sender)
     return {**seen, "acks": rank.acks()}
 
 
 def aborted(kit: Kit) -> dict[str, Any]:
     """Control: the ABORT while the KV write is posted, no clear -> acked once it settles."""
     rank = build_prefill_rank(kit, room=40662)
-    seen = rank.write_room(_abort(rank))
+    seen = rank.write_room(rank.abort)
     return {**seen, "acks": rank.acks()}
 
 
@@ -72,7 +58,7 @@ def idle_after_clear(kit: Kit) -> dict[str, Any]:
     rank = build_prefill_rank(kit, room=40663)
     seen = rank.write_room()
     rank.clear_sender()
-    rank.deliver(abort_from_decode(rank.room))
+    rank.abort()
     return {**seen, "acks": rank.acks()}
 
 
@@ -80,11 +66,4 @@ SCENARIOS = (cleared_in_flight, aborted, idle_after_clear)
 
 
 def observe(kit: Kit) -> dict[str, Any]:
-    MACHINERY.require(kit)
-    gap = backend_gap(BACKEND)
-    if gap is not None:
-        return kit.backend_not_applicable(BACKEND, gap)
-    fields: dict[str, Any] = {}
-    for scenario in SCENARIOS:
-        fields.update({f"{scenario.__name__}.{k}": v for k, v in scenario(kit).items()})
-    return kit.on_backend(BACKEND, fields)
+    return observe_scenarios(kit, SCENARIOS)

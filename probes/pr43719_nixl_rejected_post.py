@@ -43,15 +43,12 @@ sent to decode and which posts were asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
 from harness.doors import backend_gap
-from harness.features import Machinery
-from harness.nixl import REJECTED, NixlPrefillRank, Write, abort_from_decode, build_prefill_rank
+from harness.nixl import BACKEND, DRAIN_ACK, REJECTED, NixlPrefillRank, Write, build_prefill_rank
 
-BACKEND = "nixl"
 REFUSED_POST_LOG = r"KVSender failed to post transfer"
 """The refused post's raise, in 0.5.21 - 0.5.22's ERROR log of it (a plain ``Exception``)."""
 
@@ -63,28 +60,20 @@ REFUSED_POST_LOG = r"KVSender failed to post transfer"
 #   send_aux's notification argument (dropped in 0.5.23): the build's worker calls its own send_aux
 #   no drain ack after a settled failure (0.5.19, 0.5.20): measured by err_state, not applicable
 # ---------------------------------------------------------------------------
-MACHINERY = Machinery(
-    "NIXL drain-acknowledged abort (deferred KV release)",
-    "sglang.srt.disaggregation.nixl.conn",
-    "NixlKVManager._handle_abort_notification",
-)
-
-
-def _abort(rank: NixlPrefillRank) -> Callable[[], None]:
-    return lambda: rank.deliver(abort_from_decode(rank.room))
+MACHINERY = DRAIN_ACK
 
 
 def _late_acks(rank: NixlPrefillRank) -> int:
     """ABORT_ACKs for one more ABORT of the room."""
     start = rank.sent_so_far()
-    rank.deliver(abort_from_decode(rank.room))
+    rank.abort()
     return rank.acks(since=start)
 
 
 def _last_chunk(kit: Kit, room: int, aux_state: str, *, abort_during: bool) -> NixlPrefillRank:
     """The room's last chunk: the KV write succeeds, the build's own send_aux posts the aux write."""
     rank = build_prefill_rank(kit, room=room, real_send_aux=True)
-    rank.kv_write = Write("DONE", during=_abort(rank) if abort_during else None)
+    rank.kv_write = Write("DONE", during=rank.abort if abort_during else None)
     rank.aux_write = Write(aux_state)
     rank.run_worker(rank.chunk(last=True))
     return rank

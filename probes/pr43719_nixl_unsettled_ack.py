@@ -58,15 +58,18 @@ is the build's own, made by its constructor; the probe reads none of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from difflab.probe.kit import Kit
-from harness.doors import backend_gap
-from harness.features import Machinery
-from harness.nixl import UNREADABLE, NixlPrefillRank, Write, abort_from_decode, build_prefill_rank, settle_deadline
+from harness.nixl import (
+    UNREADABLE,
+    NixlPrefillRank,
+    Write,
+    build_prefill_rank,
+    observe_scenarios,
+    settle_deadline,
+)
 
-BACKEND = "nixl"
 SETTLE_DEADLINE_S = 0.05
 
 # ---------------------------------------------------------------------------
@@ -78,30 +81,20 @@ SETTLE_DEADLINE_S = 0.05
 #     turned into the worker's own "left a handle running" raise (0.5.20+): either is accepted
 #     by harness.nixl, which refuses any other exception the worker caught
 # ---------------------------------------------------------------------------
-MACHINERY = Machinery(
-    "NIXL drain-acknowledged abort (deferred KV release)",
-    "sglang.srt.disaggregation.nixl.conn",
-    "NixlKVManager._handle_abort_notification",
-)
 
 
 # --- scenario steps ------------------------------------------------------------------
-def _aborting(rank: NixlPrefillRank) -> Callable[[], None]:
-    """Decode's ABORT arriving while a write is posted."""
-    return lambda: rank.deliver(abort_from_decode(rank.room))
-
-
 def _late_acks(rank: NixlPrefillRank) -> int:
     """ABORT_ACKs for one more ABORT of the room."""
     start = rank.sent_so_far()
-    rank.deliver(abort_from_decode(rank.room))
+    rank.abort()
     return rank.acks(since=start)
 
 
 def _unsettled_room(kit: Kit, room: int) -> NixlPrefillRank:
     """A room whose first (not last) chunk's KV write is posted, decode aborts, and its state cannot be read."""
     rank = build_prefill_rank(kit, room=room)
-    rank.kv_write = Write(UNREADABLE, during=_aborting(rank))
+    rank.kv_write = Write(UNREADABLE, during=rank.abort)
     rank.run_worker(rank.chunk(last=False))
     rank.kv_write = Write()
     return rank
@@ -111,7 +104,7 @@ def _unsettled_room(kit: Kit, room: int) -> NixlPrefillRank:
 def succeeded(kit: Kit) -> dict[str, Any]:
     """Control: ABORT during a KV write that succeeds -> the drain is acked once."""
     rank = build_prefill_rank(kit, room=43101)
-    rank.kv_write = Write("DONE", during=_aborting(rank))
+    rank.kv_write = Write("DONE", during=rank.abort)
     rank.run_worker(rank.chunk(last=False))
     return {"succeeded.acks": rank.acks()}
 
@@ -139,7 +132,7 @@ def cleared(kit: Kit) -> dict[str, Any]:
 def settle_timeout(kit: Kit) -> dict[str, Any]:
     """Last chunk: the KV write still running, the aux write ERR; decode aborts meanwhile. Then the room is reused."""
     rank = build_prefill_rank(kit, room=43104)
-    rank.kv_write = Write("PROC", during=_aborting(rank))
+    rank.kv_write = Write("PROC", during=rank.abort)
     rank.aux_write = Write("ERR")
     with settle_deadline(kit, SETTLE_DEADLINE_S):
         rank.run_worker(rank.chunk(last=True))
@@ -148,7 +141,7 @@ def settle_timeout(kit: Kit) -> dict[str, Any]:
     fields["after_clear.acks"] = _late_acks(rank)
     rank.open_room()
     start = rank.sent_so_far()
-    rank.kv_write, rank.aux_write = Write("DONE", during=_aborting(rank)), Write()
+    rank.kv_write, rank.aux_write = Write("DONE", during=rank.abort), Write()
     rank.run_worker(rank.chunk(last=False))
     fields["reused.acks"] = rank.acks(since=start)
     return fields
@@ -158,11 +151,4 @@ SCENARIOS = (succeeded, unsettled, cleared, settle_timeout)
 
 
 def observe(kit: Kit) -> dict[str, Any]:
-    MACHINERY.require(kit)
-    gap = backend_gap(BACKEND)
-    if gap is not None:
-        return kit.backend_not_applicable(BACKEND, gap)
-    fields: dict[str, Any] = {}
-    for scenario in SCENARIOS:
-        fields.update(scenario(kit))
-    return kit.on_backend(BACKEND, fields)
+    return observe_scenarios(kit, SCENARIOS, prefixed=False)

@@ -42,6 +42,8 @@ from typing import Any
 
 from difflab.probe.kit import EndOfScenario, Kit, ProbeFailure, Recorder
 from harness.decode_kv import WarningLog
+from harness.doors import backend_gap
+from harness.features import Machinery
 from harness.runtime import ensure_runtime
 from harness.strict import strict_instance
 from harness.transport import EndOfMessages, Transport
@@ -104,6 +106,10 @@ class NixlPrefillRank:
     def acks(self, since: int = 0) -> int:
         """ABORT_ACKs sent to decode (after the first ``since`` messages); a byte-identical repeat counts once."""
         return self.wire.count_distinct(b"ABORT_ACK", self.decode_endpoint, since)
+
+    def abort(self) -> None:
+        """Decode's ABORT for the room reaches the rank (its bootstrap thread reads it)."""
+        self.deliver(abort_from_decode(self.room))
 
     def sent_so_far(self) -> int:
         return len(self.wire.sent)
@@ -378,3 +384,33 @@ def settle_deadline(kit: Kit, seconds: float) -> Iterator[None]:
     kit.forced_flag(f"nixl.{name}", seconds, getattr(conn, name), "sglang/srt/disaggregation/nixl/conn.py", [])
     with swapped(conn, name, seconds):
         yield
+
+
+# --- what every NIXL prefill probe shares -----------------------------------------------------
+BACKEND = "nixl"
+
+DRAIN_ACK = Machinery(
+    "NIXL drain-acknowledged abort (deferred KV release)",
+    "sglang.srt.disaggregation.nixl.conn",
+    "NixlKVManager._handle_abort_notification",
+)
+"""The machinery the NIXL prefill probes judge: <= 0.5.18 has no drain ack at all."""
+
+
+def observe_scenarios(
+    kit: Kit, scenarios: tuple[Callable[[Kit], dict[str, Any]], ...], *, prefixed: bool = True
+) -> dict[str, Any]:
+    """Each scenario on a NIXL prefill rank of its own, its fields ``nixl:<scenario>.<field>``.
+
+    ``prefixed=False``: the scenarios name their fields themselves. A build without NIXL (or
+    without the drain ack) is not applicable, named.
+    """
+    DRAIN_ACK.require(kit)
+    gap = backend_gap(BACKEND)
+    if gap is not None:
+        return kit.backend_not_applicable(BACKEND, gap)
+    fields: dict[str, Any] = {}
+    for scenario in scenarios:
+        seen = scenario(kit)
+        fields.update({f"{scenario.__name__}.{k}": v for k, v in seen.items()} if prefixed else seen)
+    return kit.on_backend(BACKEND, fields)
