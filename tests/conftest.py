@@ -8,12 +8,18 @@ xdist worker (``xdist_group``) so the expensive fixtures are built once.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from difflab.matrix import load_matrix
 from difflab.paths import default_matrix
+from difflab.runner.kept_hub import IDLE_ENV
+
+# No warm hub outlives the command that started it during a test run (a killed run leaves nothing
+# behind); tests/test_kept_hub.py keeps hubs on purpose, for seconds, in folders of its own.
+os.environ.setdefault(IDLE_ENV, "0")
 
 
 @pytest.fixture(scope="session")

@@ -110,6 +110,7 @@ def test_a_command_imports_only_its_own_module_and_help_lists_every_one() -> Non
         "contains",
         "fuzz",
         "gpu",
+        "hub",
         "image",
         "lock",
         "merge",

@@ -103,6 +103,7 @@ def job(lab: Path, probe: str, source: MaterialisedSource, n: int = 0, timeout_s
 def runner(**options: Any) -> WarmRunner:
     options.setdefault("learn", False)
     options.setdefault("hub_preload", ())
+    options.setdefault("keep_s", 0.0)  # a hub for this runner only (the kept hub has tests of its own)
     return WarmRunner(
         environment=HostEnvironment(),
         server_preload=("toymod",),  # type: ignore[arg-type]

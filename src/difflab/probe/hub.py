@@ -1,6 +1,7 @@
 """Warm probe server: import once, fork a fresh child per probe.
 
-``python -m difflab.probe.hub [--preload MOD,...] [--pycache DIR]``
+``python -m difflab.probe.hub --listen-fd N [--idle-s S] [--lock FILE] [--folder DIR] [--preload MOD,...]``
+(and ``--preload-file FILE``, ``--pycache DIR``)
 
 Runs inside the shared environment (standard library only, like
 :mod:`difflab.probe.child`). Importing SGLang costs seconds and ~500 MB per
@@ -8,7 +9,7 @@ process, and ~90 % of that is its third-party dependencies (torch,
 transformers, ...), which are the same for every SGLang version. So the
 process tree is::
 
-    hub           (stdin/stdout: JSON lines to the lab) stubs + third-party modules
+    hub           (a Unix socket: JSON lines to the lab) stubs + third-party modules
      └ server     one per SGLang source, forked from the hub: imports that source's SGLang
         └ probe   one per probe, forked from its server: runs observe(kit), writes JSON, _exit
 
@@ -24,7 +25,15 @@ Lab → hub, one JSON object per line:
 - ``{"op": "run", "server": S, "job": N, "probe": FILE, "out": FILE, "log": FILE, "timeout_s": T}``
 - ``{"op": "bench", "server": S, "job": N, "probe": FILE, "log": FILE, "timeout_s": T}`` (a throughput
   bench child, :mod:`difflab.probe.bench`), then ``round`` / ``end`` for its job, passed on to it
-- ``{"op": "close", "server": S}``; end of input stops everything.
+- ``{"op": "close", "server": S}``; end of input stops every server and probe of that lab.
+
+The lab connects to a listening socket it made and handed over (``--listen-fd``); the hub
+serves one connection at a time and greets each with ``hub-ready``. With ``--idle-s 0`` it
+leaves when its first lab leaves; otherwise it waits that long for the next one (a kept hub:
+the seconds of third-party imports are paid once, not per command), and leaves when the wait
+runs out while no lab holds ``--lock`` (one that does is about to connect). What the hub
+holds between labs is only what it imported before the first: every server and probe of a
+lab ends with that lab's connection, so the next lab forks from the same state.
 
 Hub → lab: ``hub-ready``, ``ready`` / ``server-failed`` (per server),
 ``started`` and ``done`` (per job: exit code, signal, ``timed_out``,
@@ -38,8 +47,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
+import shutil
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -70,36 +82,104 @@ class Handle:
 
 @dataclass
 class Hub:
-    """Reads lab requests, forks one server per source, relays every event back."""
+    """Serves one lab at a time on its socket: forks one server per source, relays every event back."""
 
-    out: int
+    listener: socket.socket
+    info: dict[str, Any]
+    """The ``hub-ready`` greeting (what was imported, how long it took), sent to every lab."""
+    idle_s: float = 0.0
+    lock: str | None = None
+    folder: str | None = None
     pycache: str | None = None
+    out: int | None = None
     servers: dict[str, Handle] = field(default_factory=dict)
     loop: Loop = field(default_factory=Loop)
     watch: process.ChildWatch | None = None
     inbox: process.Lines | None = None
+    conn: socket.socket | None = None
+    served: int = 0
 
     def serve(self) -> None:
-        """The hub's loop: requests on stdin, each server's events, ended children, import deadlines."""
+        """The hub's loop: a lab's requests, each server's events, ended children, deadlines."""
         process.become_subreaper()  # probes of a server that died come back here, and are ended
         self.watch = watch = process.ChildWatch()
-        self.inbox = inbox = process.Lines(0)
         self.loop.read(watch.rfd, watch.drain)
-        self.loop.read(inbox.fd, lambda: [self.request(msg, watch) for msg in inbox.read()])
+        signal.signal(signal.SIGTERM, lambda *_: self.leave())
+        self.listen()
         self.loop.run(self.after_wake)
 
+    def listen(self) -> None:
+        """Wait for the next lab: the first one at once (it made the socket), later ones for ``idle_s``."""
+        self.loop.read(self.listener.fileno(), self.accept)
+        wait = self.idle_s if self.served else max(self.idle_s, 60.0)
+        self.loop.at("idle", time.monotonic() + wait, self.idle_out)
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        self.loop.forget(self.listener.fileno())
+        self.loop.cancel("idle")
+        self.conn, self.out = conn, conn.fileno()
+        self.inbox = inbox = process.Lines(conn.fileno(), nonblocking=False)
+        self.emit({**self.info, "served": self.served, "reused": self.served > 0})
+        self.served += 1
+        assert self.watch is not None
+        watch = self.watch
+        self.loop.read(inbox.fd, lambda: [self.request(msg, watch) for msg in inbox.read()])
+
+    def emit(self, message: dict[str, Any]) -> None:
+        """To the lab now connected; a lab that has gone hears nothing (its end of input follows)."""
+        if self.out is None:
+            return
+        with contextlib.suppress(OSError):
+            process.write_line(self.out, message)
+
     def after_wake(self) -> None:
-        """Reap what ended; at end of input, end every server and leave."""
+        """Reap what ended; at a lab's end of input, end its servers and probes and wait for the next."""
         ended = process.exited()
         for pid, status in ended:
             self.server_ended(pid, status)
         if ended:
             process.end_strays(keep={h.pid for h in self.servers.values()})
         if self.inbox is not None and self.inbox.eof:
-            for handle in self.servers.values():
-                self.kill_server(handle)
-            process.end_strays()
-            os._exit(0)
+            self.disconnect()
+
+    def disconnect(self) -> None:
+        for handle in list(self.servers.values()):
+            self.kill_server(handle)
+            self.close_handle(handle)
+        process.end_strays()
+        if self.inbox is not None:
+            self.loop.forget(self.inbox.fd)
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = self.out = self.inbox = None
+        if self.idle_s <= 0:
+            self.leave()
+        self.listen()
+
+    def idle_out(self) -> None:
+        """Nobody came for ``idle_s``: leave, unless a lab holds the lock (it is about to connect)."""
+        if self.lock:
+            try:
+                fd = os.open(self.lock, os.O_RDONLY)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until this process is gone
+            except BlockingIOError:
+                self.loop.at("idle", time.monotonic() + max(self.idle_s, 1.0), self.idle_out)
+                return
+            except OSError:
+                pass  # no lock file (the cache was removed): nobody can be coming
+        self.leave()
+
+    def leave(self) -> None:
+        """End every server and probe, remove the socket's folder, exit."""
+        for handle in list(self.servers.values()):
+            self.kill_server(handle)
+        process.end_strays()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        os._exit(0)
 
     def server_said(self, handle: Handle) -> None:
         for msg in handle.lines.read():
@@ -119,8 +199,7 @@ class Hub:
         handle = self.servers.get(name)
         if handle is None:
             if op in ("run", "bench"):
-                process.write_line(
-                    self.out,
+                self.emit(
                     {
                         "event": "done",
                         "server": name,
@@ -137,8 +216,7 @@ class Hub:
     def open(self, name: str, msg: dict[str, Any], watch: process.ChildWatch) -> None:
         threads = process.thread_count()
         if threads > 1:
-            process.write_line(
-                self.out,
+            self.emit(
                 {
                     "event": "server-failed",
                     "server": name,
@@ -154,7 +232,8 @@ class Hub:
         if pid == 0:
             try:
                 os.setpgid(0, 0)
-                inherited = [self.out, watch.rfd, watch.wfd, to_w, from_r]
+                inherited = [self.listener.fileno(), watch.rfd, watch.wfd, to_w, from_r]
+                inherited += [self.out] if self.out is not None else []
                 for h in self.servers.values():
                     inherited += [h.to_server, h.lines.fd]
                 self.loop.close()  # the server waits on a loop of its own
@@ -191,7 +270,7 @@ class Hub:
             handle.probes.add(int(msg["pid"]))
         elif event == "done" and msg.get("pid"):
             handle.probes.discard(int(msg["pid"]))
-        process.write_line(self.out, msg)
+        self.emit(msg)
 
     def server_ended(self, pid: int, status: int) -> None:
         handle = next((h for h in self.servers.values() if h.pid == pid), None)
@@ -210,7 +289,7 @@ class Hub:
         log = ""
         with contextlib.suppress(OSError):
             log = "\n".join(Path(handle.log).read_text(errors="replace").strip().splitlines()[-30:])
-        process.write_line(self.out, {"event": "server-failed", "server": handle.name, "reason": reason, "log": log})
+        self.emit({"event": "server-failed", "server": handle.name, "reason": reason, "log": log})
         self.close_handle(handle)
 
     def kill_server(self, handle: Handle) -> None:
@@ -230,17 +309,20 @@ class Hub:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m difflab.probe.hub")
+    parser.add_argument("--listen-fd", type=int, required=True, help="a listening Unix socket the lab handed over")
+    parser.add_argument("--idle-s", type=float, default=0.0, help="wait this long for the next lab (0: leave)")
+    parser.add_argument("--lock", default="", help="a lab holding this file's lock is about to connect")
+    parser.add_argument("--folder", default="", help="the socket's folder, removed when the hub leaves")
     parser.add_argument("--preload", default=",".join(HUB_PRELOAD), help="comma-separated modules for the hub")
     parser.add_argument("--preload-file", default="", help="more hub modules, one a line (learned from servers)")
     parser.add_argument("--pycache", default="", help="bytecode cache folder for the sources (sys.pycache_prefix)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    listener = socket.socket(fileno=args.listen_fd)
     process.enter_box()  # before the first import of a third-party module
-    # Ctrl-C reaches the lab and the hub alike; the lab then ends the hub by closing its input.
+    # Ctrl-C reaches the lab and the hub alike; the lab then ends its servers by closing its connection.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The protocol gets its own descriptor; anything an import prints to stdout lands in the log.
-    out = os.dup(1)
-    os.dup2(2, 1)
+    os.dup2(2, 1)  # anything an import prints to stdout lands in the log
     stubs.install()
     modules = [m for m in args.preload.split(",") if m]
     if args.preload_file:
@@ -248,21 +330,20 @@ def main(argv: list[str]) -> int:
             modules += Path(args.preload_file).read_text().split()
     done, failed = process.preload(list(dict.fromkeys(modules)))
     threads = process.thread_count()
-    process.write_line(
-        out,
-        {
-            "event": "hub-ready",
-            "pid": os.getpid(),
-            "preloaded": len(done),
-            "failed": failed,
-            "threads": threads,
-            "import_s": round(time.perf_counter() - started, 3),
-            "import_cpu_s": round(time.process_time(), 3),
-        },
-    )
+    info = {
+        "event": "hub-ready",
+        "pid": os.getpid(),
+        "preloaded": len(done),
+        "failed": failed,
+        "threads": threads,
+        "import_s": round(time.perf_counter() - started, 3),
+        "import_cpu_s": round(time.process_time(), 3),
+    }
     if threads > 1:
         print(f"hub has {threads} threads after its imports; servers would fork unsafely", file=sys.stderr)
-    Hub(out=out, pycache=args.pycache or None).serve()
+    hub = Hub(listener, info, idle_s=args.idle_s, lock=args.lock or None, folder=args.folder or None)
+    hub.pycache = args.pycache or None
+    hub.serve()
     return 0
 
 

@@ -53,19 +53,26 @@ def write_line(fd: int, message: dict[str, Any]) -> None:
 
 
 class Lines:
-    """Splits what arrives on a non-blocking pipe into JSON messages."""
+    """Splits what arrives on a pipe or socket into JSON messages.
 
-    def __init__(self, fd: int) -> None:
+    ``nonblocking=False`` leaves the descriptor as it is (a socket the process also writes to,
+    whose writes must not fail half-way): :meth:`read` is then called only once it is readable.
+    """
+
+    def __init__(self, fd: int, nonblocking: bool = True) -> None:
         self.fd = fd
         self.buffer = b""
         self.eof = False
-        os.set_blocking(fd, False)
+        if nonblocking:
+            os.set_blocking(fd, False)
 
     def read(self) -> list[dict[str, Any]]:
         try:
             chunk = os.read(self.fd, 1 << 16)
         except BlockingIOError:
             return []
+        except ConnectionResetError:  # a socket's far end left with our words unread: it is gone all the same
+            chunk = b""
         if not chunk:
             self.eof = True
             return []

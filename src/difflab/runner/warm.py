@@ -19,10 +19,13 @@ server has threads and cannot fork safely) runs in fresh processes through
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -38,7 +41,7 @@ from difflab.observation import Observation
 from difflab.paths import cache_root
 from difflab.probe.hub import HUB_PRELOAD
 from difflab.probe.source_server import SERVER_PRELOAD
-from difflab.runner import box, childlib
+from difflab.runner import box, childlib, kept_hub
 from difflab.runner.base import (
     ProbeJob,
     Progress,
@@ -48,6 +51,7 @@ from difflab.runner.base import (
     tail,
     write_log,
 )
+from difflab.runner.kept_hub import Keeper
 from difflab.runner.subprocess import SubprocessRunner, default_workers
 
 START_TIMEOUT_S = 600.0
@@ -60,49 +64,81 @@ class WarmUnavailable(Exception):  # noqa: N818 - a condition the runner recover
 
 @dataclass
 class _Hub:
-    """The lab's end of one hub process (stdin/stdout JSON lines)."""
+    """The lab's end of one hub: a Unix socket carrying JSON lines.
 
-    proc: subprocess.Popen[bytes]
+    ``proc`` is set when this command started the hub; a kept hub another command started
+    (:mod:`difflab.runner.kept_hub`) has only its pid. ``claim`` is this command's lock on a
+    kept hub, held while it is connected.
+    """
+
+    sock: socket.socket
+    pid: int
     folder: Path
-    log: IO[bytes]
     child_digest: str
+    proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
     preload_file: Path | None = None
     """The learned list this hub was started with (forgotten if the hub cannot serve with it)."""
+    claim: int | None = None
+    keeper: Keeper | None = None
     info: dict[str, Any] = field(default_factory=dict)
     buffer: bytes = b""
 
     @classmethod
-    def start(
-        cls,
-        python: Path,
-        child_root: Path,
-        preload: Sequence[str],
-        preload_file: Path | None,
-        pycache: Path | None,
-        cache: Path | None = None,
-    ) -> _Hub:
+    def start(cls, spec: _HubSpec) -> _Hub:
+        """Connect to the kept hub started this same way, or start one (kept, when ``spec.keep_s`` > 0
+        and no other command holds the kept hub now; for this command only otherwise)."""
         folder = Path(tempfile.mkdtemp(prefix="difflab-warm-"))
-        log = (folder / "hub.log").open("wb")
-        env = box.environment(None, child_root, folder / "home", cache)
-        cmd = box.command(
-            python,
-            "difflab.probe.hub",
-            "--preload",
-            ",".join(preload),
-            "--preload-file",
-            str(preload_file or ""),
-            "--pycache",
-            str(pycache or ""),
-        )
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=folder)
-        hub = cls(proc=proc, folder=folder, log=log, child_digest=childlib.child_digest(), preload_file=preload_file)
-        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        env = box.environment(None, spec.child_root, folder / "home", spec.cache)
+        claim = spec.keeper.lock() if spec.keeper is not None and spec.keep_s > 0 else None
+        keep_s = spec.keep_s if claim is not None else 0.0
+        cmd = spec.command(keep_s)
+        key = kept_hub.hub_key([*cmd, spec.child_digest], env, folder)
+        found = spec.keeper.connect(key) if claim is not None and spec.keeper is not None else None
+        if found is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            sock, pointer = found
+            hub = cls(sock, pointer.pid, Path(pointer.folder), spec.child_digest, preload_file=spec.preload_file)
+        else:
+            hub = cls._spawn(spec, cmd, env, folder, keep_s)
+            if claim is not None and spec.keeper is not None:
+                sock_path = str(folder / "hub.sock")
+                spec.keeper.remember(kept_hub.Pointer(hub.pid, sock_path, str(folder), key, keep_s, time.time()))
+        hub.claim, hub.keeper = claim, spec.keeper if claim is not None else None
         atexit.register(hub.close)
         return hub
+
+    @classmethod
+    def _spawn(cls, spec: _HubSpec, cmd: list[str], env: dict[str, str], folder: Path, keep_s: float) -> _Hub:
+        """Make the socket, connect to it, and hand its listening end to a new hub: nothing to wait for."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(folder / "hub.sock"))
+            listener.listen(8)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(folder / "hub.sock"))  # queued until the hub has imported and accepts
+            log = (folder / "hub.log").open("wb")
+            proc = subprocess.Popen(
+                [*cmd, "--listen-fd", str(listener.fileno()), "--folder", str(folder)],
+                pass_fds=(listener.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                cwd=folder,
+                start_new_session=keep_s > 0,  # a kept hub outlives this command's terminal and group
+            )
+        finally:
+            listener.close()
+        return cls(sock, proc.pid, folder, spec.child_digest, proc=proc, log=log, preload_file=spec.preload_file)
 
     @property
     def ready(self) -> bool:
         return bool(self.info)
+
+    @property
+    def kept(self) -> bool:
+        return self.claim is not None
 
     def wait_ready(self) -> _Hub:
         """Block until the hub has imported its modules; raises :class:`WarmUnavailable` if it cannot serve."""
@@ -111,27 +147,25 @@ class _Hub:
         try:
             ready = self.next_event(START_TIMEOUT_S)
         except WarmUnavailable:
-            self.close()
+            self.close(forget=True)
             raise
         if ready.get("event") != "hub-ready" or int(ready.get("threads", 1)) > 1:
-            self.close()
+            self.close(forget=True)
             raise WarmUnavailable(f"hub not usable: {ready}")
         self.info = ready
         return self
 
     def send(self, message: dict[str, Any]) -> None:
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
-        except (BrokenPipeError, ValueError, OSError) as exc:
+            self.sock.sendall((json.dumps(message) + "\n").encode())
+        except OSError as exc:
             raise WarmUnavailable(f"hub is gone: {exc}\n{self.log_tail()}") from None
 
     def next_event(self, timeout_s: float) -> dict[str, Any]:
         """The hub's next message; raises :class:`WarmUnavailable` if it died or went silent."""
         deadline = time.monotonic() + timeout_s
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
+            sel.register(self.sock, selectors.EVENT_READ)
             while b"\n" not in self.buffer:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -139,48 +173,82 @@ class _Hub:
                 if not sel.select(left):
                     continue
                 try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    continue
+                    chunk = self.sock.recv(1 << 16)
+                except OSError as exc:
+                    raise WarmUnavailable(f"hub connection lost: {exc}\n{self.log_tail()}") from None
                 if not chunk:
-                    raise WarmUnavailable(f"hub exited ({self.proc.poll()})\n{self.log_tail()}")
+                    raise WarmUnavailable(f"hub exited ({self._exit_code()})\n{self.log_tail()}")
                 self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def _exit_code(self) -> int | str | None:
+        return self.proc.poll() if self.proc is not None else "a kept hub"
+
     def log_tail(self) -> str:
         try:
-            self.log.flush()
+            if self.log is not None:
+                self.log.flush()
             return tail((self.folder / "hub.log").read_text(errors="replace"), 20)
         except OSError:
             return ""
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def close(self) -> None:
-        """End of input stops the hub, which stops its servers and their probes.
-
-        A hub still importing reads no input yet and has forked nothing: it is killed.
-        """
-        atexit.unregister(self.close)
-        if not self.ready and self.proc.poll() is None:
-            self.proc.kill()
+        if self.proc is not None:
+            return self.proc.poll() is None
         try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
+            os.kill(self.pid, 0)
         except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self.log.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+            return False
+        return True
+
+    def close(self, forget: bool = False) -> None:
+        """End of this command's connection ends its servers and probes; a hub kept for the next command
+        stays, any other hub leaves. A hub still importing has forked nothing: it is killed, and so is a
+        kept one that could not serve (``forget``)."""
+        atexit.unregister(self.close)
+        if (not self.ready or forget) and self.alive:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            if self.keeper is not None:
+                self.keeper.stop()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self.claim is not None:
+            os.close(self.claim)  # the next command may have the kept hub now
+            self.claim = None
+        if self.proc is not None and self.keeper is None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.folder, ignore_errors=True)
+        if self.log is not None:
+            self.log.close()
+
+
+@dataclass(frozen=True)
+class _HubSpec:
+    """How this command would start a hub; a kept hub is reused only if it was started exactly so."""
+
+    python: Path
+    child_root: Path
+    child_digest: str
+    preload: Sequence[str]
+    preload_file: Path | None
+    pycache: Path | None
+    cache: Path | None
+    keep_s: float
+    keeper: Keeper | None
+
+    def command(self, keep_s: float) -> list[str]:
+        args = ["--preload", ",".join(self.preload), "--preload-file", str(self.preload_file or "")]
+        args += ["--pycache", str(self.pycache or ""), "--idle-s", str(keep_s)]
+        if keep_s > 0 and self.keeper is not None:
+            args += ["--lock", str(self.keeper.lock_path)]
+        return box.command(self.python, "difflab.probe.hub", *args)
 
 
 @dataclass
@@ -320,6 +388,8 @@ class WarmRunner:
     """Bytecode cache for the sources (default ``<cache>/pycache``); the sources stay untouched."""
     learn: bool = True
     """Remember which third-party modules the servers imported, so the next hub preloads them once for all."""
+    keep_s: float = field(default_factory=kept_hub.idle_seconds)
+    """How long the hub waits for the next command once this one is done (``$DIFFLAB_HUB_IDLE_S``; 0: it does not)."""
     stats: dict[str, Any] = field(
         default_factory=lambda: {"hubs": [], "servers": [], "fallbacks": [], "probe_wall_s": []}
     )
@@ -339,6 +409,8 @@ class WarmRunner:
             "hub_preload": list(self.hub_preload),
             "server_preload": list(self.server_preload),
             "fallbacks": len(self.stats["fallbacks"]),
+            "keep_s": self.keep_s,
+            "hubs": [{k: h.get(k) for k in ("import_s", "reused")} for h in self.stats["hubs"]],
         }
 
     def close(self) -> None:
@@ -400,7 +472,19 @@ class WarmRunner:
         """Start a hub (not waited for); ``learned``: with the learned preload list, if there is one."""
         path = self._learned_file()
         use = path if learned and self.learn and path.exists() else None
-        self._hub = _Hub.start(self.environment.python, child_root, self.hub_preload, use, self._pycache, self.cache)
+        keeper = Keeper(self._cache / "warm", self.environment.digest)
+        spec = _HubSpec(
+            self.environment.python,
+            child_root,
+            childlib.child_digest(),
+            self.hub_preload,
+            use,
+            self._pycache,
+            self.cache,
+            self.keep_s,
+            keeper,
+        )
+        self._hub = _Hub.start(spec)
         return self._hub
 
     def _hub_for(self, child_root: Path) -> _Hub:
@@ -421,7 +505,7 @@ class WarmRunner:
             # forget the list rather than fall back to fresh processes from now on.
             learned.unlink(missing_ok=True)
             hub = self._spawn(child_root, learned=False).wait_ready()
-        self.stats["hubs"].append({k: hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded")})
+        self.stats["hubs"].append({k: hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded", "reused")})
         if learned is not None and hub.info.get("failed"):
             self._forget(set(hub.info["failed"]))  # e.g. a module a library made up at run time
         return hub
