@@ -44,6 +44,7 @@ from harness.pd_pair import (
 )
 from harness.requests import fake_output_streamer
 from harness.scheduler import beam_coordinator
+from harness.server import Published
 from harness.strict import real_object
 
 NUM_KV_HEADS = 1
@@ -89,7 +90,17 @@ def _stage_metrics() -> dict[str, Any]:
 class PrefillSide:
     scheduler: Any
     queue: Any  # PrefillBootstrapQueue
-    sent: dict[str, list[int | None]]
+    sent: dict[str, list[int | None]] = field(default_factory=dict)
+    streamed: Callable[[str], list[int | None]] | None = None
+    """What a client received (wired: read off the build's own output sockets); ``sent`` otherwise."""
+    published: Published | None = None
+    """The runtime context the side's start-up published (wired), put back while the side runs."""
+
+    def active(self) -> contextlib.AbstractContextManager[Any]:
+        return self.published.active() if self.published is not None else contextlib.nullcontext()
+
+    def statuses(self, rid: str) -> list[int | None]:
+        return self.streamed(rid) if self.streamed is not None else list(self.sent.get(rid, []))
 
 
 @dataclass
@@ -101,6 +112,11 @@ class DecodeSide:
     streamed: Callable[[str], list[int | None]] | None = None
     """What a client received (wired: read off the build's own output sockets); ``sent`` otherwise."""
     wired: bool = False
+    published: Published | None = None
+    """The runtime context the side's start-up published (wired), put back while the side runs."""
+
+    def active(self) -> contextlib.AbstractContextManager[Any]:
+        return self.published.active() if self.published is not None else contextlib.nullcontext()
 
     def admit(self, req: Any) -> None:
         """The request reaches decode: the scheduler's own dispatch when wired, the prealloc door otherwise."""
@@ -314,7 +330,14 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
         pair.end = BuildEnd(pair, prealloc.kv_manager, transport)
         pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
         pair.waiting_timeout_s = float(prealloc.kv_manager.waiting_timeout)  # what its receivers compare
-        yield DecodeSide(scheduler, prealloc, transfer, streamed=side.seen["sockets"].streamed, wired=True)
+        yield DecodeSide(
+            scheduler,
+            prealloc,
+            transfer,
+            streamed=side.seen["sockets"].streamed,
+            wired=True,
+            published=side.published,
+        )
         kit.event(
             "decode_server",
             backend=pair.backend,
@@ -323,6 +346,117 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
             kv_manager=type(prealloc.kv_manager).__qualname__,
             receivers=sorted(set(receivers)),
         )
+
+
+# ---------------------------------------------------------------------------
+# The prefill side as the build's start-up wires it.
+# ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
+    """The prefill server the build's ``run_scheduler_process`` builds, over the pair's prefill memory.
+
+    Launch flags as an operator sets them for this tiny pool: ``--page-size`` the pair's page,
+    ``--max-total-tokens`` what the pool holds (the bootstrap door's bound), ``--max-running-requests``
+    the pair's request rows, ``--disable-radix-cache`` (the pair's prefill cache is the disabled
+    one). The scheduler, its ``PrefillBootstrapQueue``, metadata buffers and the back end's
+    prefill KV manager are the build's ``init_disaggregation``'s; each request gets the sender
+    class the build's ``get_kv_class`` names (:func:`_watched_senders`). Held for the block: the
+    transfer edge (:mod:`harness.transport`: engine, bound socket, bootstrap HTTP, threads).
+    """
+    from harness.decode_kv import _import_transport
+    from harness.pd_pair import BuildStart
+    from harness.server import Memory, start
+    from harness.transport import Transport
+
+    kit, rank = pair.kit, pair.prefill
+    _import_transport(pair.backend)
+    transport = Transport(kit, pair.backend, prefill_ranks=1)
+    memory = Memory(
+        pools=lambda rows, tokens: (rank.req_to_token, rank.allocator, rank.kv),
+        tree_cache=lambda req_pool, allocator: rank.cache,
+        disable_radix_cache=True,
+    )
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(transport.contexts())
+        senders: list[str] = []
+        stack.enter_context(_watched_senders(pair, senders))
+        side = start(
+            kit,
+            "prefill",
+            backend=pair.backend,
+            memory=memory,
+            page_size=PAGE,
+            max_total_tokens=POOL_TOKENS,
+            max_running_requests=REQ_ROWS,
+            disable_radix_cache=True,
+            disaggregation_bootstrap_port=BOOTSTRAP_PORT,
+        )
+        scheduler = side.scheduler
+        queue = scheduler.disagg_prefill_bootstrap_queue
+        rank.metadata = scheduler.disagg_metadata_buffers
+        rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
+        pair.start = BuildStart(pair, queue.kv_manager)
+        yield PrefillSide(scheduler, queue, streamed=side.seen["sockets"].streamed, published=side.published)
+        kit.event(
+            "prefill_server",
+            backend=pair.backend,
+            built_by="run_scheduler_process",
+            scheduler=type(scheduler).__qualname__,
+            kv_manager=type(queue.kv_manager).__qualname__,
+            senders=sorted(set(senders)),
+        )
+
+
+@contextlib.contextmanager
+def _watched_senders(pair: Pair, classes: list[str]) -> Iterator[None]:
+    """The build's sender class, each instance's hand-off to the transfer engine played by the loopback.
+
+    ``get_kv_class`` is the build's own, as the prefill queue module looks it up; a sender it
+    names is constructed as the build constructs it (its manager the build's). Its ``send`` --
+    where the real one queues the chunk for the RDMA engine -- posts the page indices the
+    build's ``send_kv_chunk`` gave it on the loopback (:meth:`harness.pd_pair.Pair.sent`);
+    its ``abort`` is noted, then runs unchanged. ``classes`` collects each sender's class name.
+    A sender that takes its page indices as a pinned host tensor copied off the GPU (0.5.23's
+    Mooncake) is told it does not: there is no GPU, and the build's other path gives the same pages.
+    """
+    from sglang.srt.disaggregation import prefill
+    from sglang.srt.disaggregation.utils import KVClassType
+
+    from harness.runtime import swapped
+
+    real = prefill.get_kv_class
+
+    def get_kv_class(backend: Any, kind: Any) -> Any:
+        cls = real(backend, kind)
+        if kind != KVClassType.SENDER:
+            return cls
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            sender = cls(*args, **kwargs)
+            classes.append(type(sender).__qualname__)
+            room, abort = int(sender.bootstrap_room), sender.abort
+            pair.senders[room] = sender
+
+            def send(kv_indices: Any, *rest: Any, **more: Any) -> None:
+                pair.sent(room, kv_indices, getattr(sender, "num_kv_indices", None))
+
+            def aborted() -> Any:
+                pair.start.aborted.add(room)
+                pair.sender_aborted(room)
+                return abort()
+
+            object.__setattr__(sender, "send", send)
+            object.__setattr__(sender, "abort", aborted)
+            if getattr(sender, "supports_host_tensor_indices", False):
+                # GPU: the page indices' pinned-memory copy off the device (0.5.23's Mooncake sender
+                # takes them so) needs CUDA; on a CPU the build's own numpy path hands them over.
+                object.__setattr__(sender, "supports_host_tensor_indices", False)
+            return sender
+
+        return build
+
+    with swapped(prefill, "get_kv_class", get_kv_class):
+        yield
 
 
 @contextlib.contextmanager
@@ -352,8 +486,7 @@ def _watched_receivers(pair: Pair, classes: list[str]) -> Iterator[None]:
             room, publish = int(receiver.bootstrap_room), receiver.send_metadata
 
             def send_metadata(kv_indices: Any, aux_index: Any = None, *rest: Any, **more: Any) -> Any:
-                pair.wire.publish(room, [int(p) for p in kv_indices])
-                pair.dst_aux[room] = aux_index
+                pair.publish(room, kv_indices, aux_index)
                 return publish(kv_indices, aux_index, *rest, **more)
 
             object.__setattr__(receiver, "send_metadata", send_metadata)
