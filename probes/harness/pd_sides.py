@@ -286,45 +286,31 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
     ``--max-total-tokens`` ``capacity``, ``--max-running-requests`` the pair's request rows,
     ``--num-reserved-decode-tokens 0`` (the pool holds 32 tokens). Deferred release, where
     forced, is the build's own switch (reported with its default). Held for the block: the
-    transfer edge, the virtual clock in the back-end modules, the receivers watched.
+    transfer edge, the virtual clock in the back-end modules, the receivers watched. One server
+    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`).
     """
-    from harness.decode_kv import _deferred_switch, _import_transport, _report_switch_forced
-    from harness.server import Memory, start
-    from harness.transport import Transport
+    from harness.decode_kv import _deferred_switch, _report_switch_forced
 
+    if capacity != POOL_TOKENS:
+        raise ValueError(f"the pair's decode pool holds {POOL_TOKENS} tokens, not {capacity}")
     kit, rank = pair.kit, pair.decode
-    _import_transport(pair.backend)
-    transport = Transport(kit, pair.backend, prefill_ranks=1)
-    memory = Memory(
-        pools=lambda rows, tokens: (rank.req_to_token, rank.allocator, rank.kv),
-        tree_cache=lambda req_pool, allocator: rank.cache,
-        disable_radix_cache=True,
-    )
     with contextlib.ExitStack() as stack:
         if force_deferred:
             _report_switch_forced(kit)
             stack.enter_context(_deferred_switch().override(True))
-        stack.enter_context(transport.contexts())
-        stack.enter_context(transport.receiver_sockets())
-        receivers: list[str] = []
-        stack.enter_context(_watched_receivers(pair, receivers))
-        stack.enter_context(_virtual_clock(pair))
-        side = start(
-            kit,
+        kept = _kept_server(
+            pair,
+            rank,
             "decode",
-            backend=pair.backend,
-            memory=memory,
-            page_size=PAGE,
+            stack,
             max_total_tokens=capacity,
             max_running_requests=REQ_ROWS,
             num_reserved_decode_tokens=0,
-            disaggregation_bootstrap_port=BOOTSTRAP_PORT,
         )
-        scheduler = side.scheduler
-        if capacity != POOL_TOKENS:
-            raise ValueError(f"the pair's decode pool holds {POOL_TOKENS} tokens, not {capacity}")
-        rank.metadata = scheduler.disagg_metadata_buffers
-        rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
+        transport, scheduler = kept.transport, kept.side.scheduler
+        receivers: list[str] = []
+        stack.enter_context(_watched_receivers(pair, receivers))
+        stack.enter_context(_virtual_clock(pair))
         pair.prefill.metadata = metadata_like(rank.metadata, pair.prefill.metadata)
         prealloc, transfer = scheduler.disagg_decode_prealloc_queue, scheduler.disagg_decode_transfer_queue
         pair.end = BuildEnd(pair, prealloc.kv_manager, transport)
@@ -334,9 +320,9 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
             scheduler,
             prealloc,
             transfer,
-            streamed=side.seen["sockets"].streamed,
+            streamed=kept.side.seen["sockets"].streamed,
             wired=True,
-            published=side.published,
+            published=kept.side.published,
         )
         kit.event(
             "decode_server",
@@ -345,7 +331,52 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
             scheduler=type(scheduler).__qualname__,
             kv_manager=type(prealloc.kv_manager).__qualname__,
             receivers=sorted(set(receivers)),
+            scenario=kept.scenarios,
         )
+
+
+def _kept_server(pair: Pair, rank: Any, mode: str, stack: contextlib.ExitStack, **flags: Any) -> Any:
+    """The side of ``mode`` over ``rank``'s memory: started now, or the probe's kept one put back.
+
+    One per probe, back end, deferred-release switch setting and rank (:mod:`harness.kept`): a
+    start is ~30-40 ms of CPU and the pair's probes run 16-20 scenarios per release. Its
+    transfer edge is entered on ``stack`` for the scenario (the receivers' sockets on decode);
+    the rank's tree cache, metadata buffers and slot allocator become the server's own.
+    """
+    from harness.decode_kv import _deferred_switch, _import_transport
+    from harness.kept import kept_side, kept_transport
+    from harness.server import Memory, start
+    from harness.transport import Transport
+
+    key = (id(pair.kit), mode, pair.backend, bool(_deferred_switch().get()), id(rank))
+    _import_transport(pair.backend)
+    transport = kept_transport(key) or Transport(pair.kit, pair.backend, prefill_ranks=1)
+    stack.enter_context(transport.contexts())
+    if mode == "decode":
+        stack.enter_context(transport.receiver_sockets())
+    memory = Memory(
+        pools=lambda rows, tokens: (rank.req_to_token, rank.allocator, rank.kv),
+        tree_cache=lambda req_pool, allocator: rank.cache,
+        disable_radix_cache=True,
+    )
+
+    def launch() -> Any:
+        return start(
+            pair.kit,
+            mode,
+            backend=pair.backend,
+            memory=memory,
+            page_size=PAGE,
+            disaggregation_bootstrap_port=BOOTSTRAP_PORT,
+            **flags,
+        )
+
+    kept, _ = kept_side(key, transport, launch, skip=(rank.kv, rank.req_to_token, rank.allocator))
+    scheduler = kept.side.scheduler
+    rank.cache = scheduler.tree_cache
+    rank.metadata = scheduler.disagg_metadata_buffers
+    rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
+    return kept
 
 
 # ---------------------------------------------------------------------------
@@ -358,45 +389,32 @@ def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
     Launch flags as an operator sets them for this tiny pool: ``--page-size`` the pair's page,
     ``--max-total-tokens`` what the pool holds (the bootstrap door's bound), ``--max-running-requests``
     the pair's request rows, ``--disable-radix-cache`` (the pair's prefill cache is the disabled
-    one). The scheduler, its ``PrefillBootstrapQueue``, metadata buffers and the back end's
-    prefill KV manager are the build's ``init_disaggregation``'s; each request gets the sender
-    class the build's ``get_kv_class`` names (:func:`_watched_senders`). Held for the block: the
-    transfer edge (:mod:`harness.transport`: engine, bound socket, bootstrap HTTP, threads).
+    one); the environment is the decode server's (its deferred-release switch included). The
+    scheduler, its ``PrefillBootstrapQueue``, metadata buffers and the back end's prefill KV
+    manager are the build's ``init_disaggregation``'s; each request gets the sender class the
+    build's ``get_kv_class`` names (:func:`_watched_senders`). Held for the block: the transfer
+    edge (:mod:`harness.transport`: engine, bound socket, bootstrap HTTP, threads). One server
+    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`).
     """
-    from harness.decode_kv import _import_transport
     from harness.pd_pair import BuildStart
-    from harness.server import Memory, start
-    from harness.transport import Transport
 
-    kit, rank = pair.kit, pair.prefill
-    _import_transport(pair.backend)
-    transport = Transport(kit, pair.backend, prefill_ranks=1)
-    memory = Memory(
-        pools=lambda rows, tokens: (rank.req_to_token, rank.allocator, rank.kv),
-        tree_cache=lambda req_pool, allocator: rank.cache,
-        disable_radix_cache=True,
-    )
+    kit = pair.kit
     with contextlib.ExitStack() as stack:
-        stack.enter_context(transport.contexts())
-        senders: list[str] = []
-        stack.enter_context(_watched_senders(pair, senders))
-        side = start(
-            kit,
+        kept = _kept_server(
+            pair,
+            pair.prefill,
             "prefill",
-            backend=pair.backend,
-            memory=memory,
-            page_size=PAGE,
+            stack,
             max_total_tokens=POOL_TOKENS,
             max_running_requests=REQ_ROWS,
             disable_radix_cache=True,
-            disaggregation_bootstrap_port=BOOTSTRAP_PORT,
         )
-        scheduler = side.scheduler
+        senders: list[str] = []
+        stack.enter_context(_watched_senders(pair, senders))
+        scheduler = kept.side.scheduler
         queue = scheduler.disagg_prefill_bootstrap_queue
-        rank.metadata = scheduler.disagg_metadata_buffers
-        rank.slots = scheduler.req_to_metadata_buffer_idx_allocator
         pair.start = BuildStart(pair, queue.kv_manager)
-        yield PrefillSide(scheduler, queue, streamed=side.seen["sockets"].streamed, published=side.published)
+        yield PrefillSide(scheduler, queue, streamed=kept.side.seen["sockets"].streamed, published=kept.side.published)
         kit.event(
             "prefill_server",
             backend=pair.backend,
@@ -404,6 +422,7 @@ def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
             scheduler=type(scheduler).__qualname__,
             kv_manager=type(queue.kv_manager).__qualname__,
             senders=sorted(set(senders)),
+            scenario=kept.scenarios,
         )
 
 

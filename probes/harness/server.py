@@ -80,8 +80,25 @@ class Published:
     def __init__(self) -> None:
         from sglang.srt.runtime_context import snapshot_context
 
-        self.state = snapshot_context()
+        self.state = self.initial = snapshot_context()
         Published._current = self
+
+    @classmethod
+    def set_aside(cls) -> None:
+        """Keep what the side in effect changed since it became active: another start-up publishes next."""
+        from sglang.srt.runtime_context import snapshot_context
+
+        if cls._current is not None:
+            cls._current.state = snapshot_context()
+            cls._current = None
+
+    def reset(self) -> None:
+        """Back to what this side's start-up published (a kept side's next scenario, :mod:`harness.kept`)."""
+        from sglang.srt.runtime_context import restore_context
+
+        self.state = self.initial
+        if Published._current is self:
+            restore_context(self.initial)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -593,6 +610,7 @@ def start(
     from harness.strict import real_object
 
     one_rank_groups(kit)
+    Published.set_aside()
     args = server_args(mode, backend, **fields)
     port_args = PortArgs.init_new(args)
     sent: list[Any] = []
