@@ -10,13 +10,19 @@ between requests, as in production.
 The requests move through the build's own queue methods: the prefill door
 (``PrefillBootstrapQueue.add``), the bootstrap poll (``pop_bootstrapped``), the
 prefill result step (``process_batch_result_disagg_prefill`` with the real
-``send_kv_chunk``), the decode door (``DecodePreallocQueue.add``), the decode
-pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``) and
-the KV release (``release_kv_cache``). The probes' decode side is the decode server
-the build's own start-up builds (:func:`harness.pd_sides.wired_decode_side`); the
-prefill side, and the schedule search's decode side, are built without their
-constructors (:mod:`harness.strict`: every attribute the pair does not give comes
-from the build's own constructor code, or the probe errors).
+``send_kv_chunk``), the in-flight poll, the decode door (``DecodePreallocQueue.add``),
+the decode pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``)
+and the KV release (``release_kv_cache``). In the probes both sides are the servers the
+build's own start-up builds: :func:`harness.pd_sides.wired_prefill_side` and
+:func:`harness.pd_sides.wired_decode_side` run ``run_scheduler_process`` in prefill and
+decode mode (scheduler class, ``init_disaggregation`` queues, metadata buffers, the back
+end's KV managers; per request the sender and receiver classes the build's
+``get_kv_class`` names), each stepped with its own published runtime context
+(:class:`harness.server.Published`), one server per back end and switch setting kept
+across a probe's scenarios and put back to its start-up state before each
+(:mod:`harness.kept`). The schedule search's sides are built without their constructors
+(:mod:`harness.strict`: every attribute the pair does not give comes from the build's own
+constructor code, or the probe errors).
 
 Faked are the model, the GPU and the network only:
 
@@ -24,11 +30,14 @@ Faked are the model, the GPU and the network only:
   allocator and pool as the scheduler would and writes the request's own marker into
   every slot it got; :meth:`Pair.attend` is the fake attention: it reads exactly the
   slots ``req_to_token`` maps for the request's sequence, and nothing else;
-- the transfer back end: prefill's ``get_kv_class`` answers with the loopback sender
-  (:class:`harness.pages.Loopback` moves the pages), which copies page contents exactly as
-  the sender's page indices and the receiver's published destination say; on a wired
-  decode side the receiver and KV manager are the back end's own (:class:`BuildEnd`), on
-  a bare one the loopback's (:class:`LoopbackEnd`);
+- the transfer engines and the network between the ranks (:class:`harness.pages.Loopback`
+  moves the pages): page contents are copied exactly as the prefill sender's page indices
+  and the decode receiver's published destination say. On a wired pair the senders,
+  receivers and KV managers are the back end's own and what each rank's transfer threads
+  would conclude goes through its manager (:class:`BuildStart`, :class:`BuildEnd`); only
+  the sender's hand-off to the RDMA engine (``send``) is the loopback's. On a bare pair the
+  loopback's sender, receiver and manager play the back end (:class:`LoopbackSender`,
+  :class:`LoopbackEnd`);
 - the zmq/HTTP side: the output streamer records the status each client received.
 
 Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.

@@ -1,23 +1,23 @@
 """The two schedulers of a :class:`harness.pd_pair.Pair` and the queues they own.
 
-Prefill (:func:`prefill_side`): a real ``Scheduler`` (no constructor) owning a real
-``PrefillBootstrapQueue``; its result step is the real ``process_batch_result_disagg_prefill``,
-whose real ``send_kv_chunk`` reads the request's ``req_to_token`` row and hands the page
-indices to the (loopback) sender. Every attribute not given here is answered by the build's
-own constructor code (:mod:`harness.strict`) or fails the probe by name.
+Wired (the probes): each side is the server the build's own start-up builds
+(:func:`harness.server.start`: plugins, start-up patches, the build's scheduler class and mixin
+order, its ``init_disaggregation`` queues, metadata buffers and the back end's real KV manager),
+over that rank's tiny CPU pools. Prefill (:func:`wired_prefill_side`): every request gets the
+sender class the build's ``get_kv_class`` names; its ``send`` hands the page indices to the
+loopback (:class:`harness.pd_pair.BuildStart`). Decode (:func:`wired_decode_side`): every request
+gets the build's receiver class; the loopback plays the prefill rank's transfer engine
+(:class:`harness.pd_pair.BuildEnd`). Only the transfer edge is faked (:mod:`harness.transport`).
+One server per back end and deferred-release switch setting serves a probe's scenarios, put back
+to its start-up state before each (:mod:`harness.kept`).
 
-Decode, wired (:func:`wired_decode_side`, the probes): the decode server as the build's own
-start-up builds it (:func:`harness.server.start`: plugins, start-up patches, the build's
-scheduler class and mixin order, its ``init_disaggregation`` queues, metadata buffers and the
-back end's real KV manager), over the decode rank's tiny CPU pools; every request gets the
-receiver class the build's ``get_kv_class`` names, so a fork's receiver methods are the
-build's. Only the transfer edge is faked (:mod:`harness.transport`), and the loopback plays
-the prefill rank (:class:`harness.pd_pair.BuildEnd`).
-
-Decode, bare (:func:`decode_side`, the schedule search, which resets one pair per schedule
-where a wired side costs 50-150 ms to start): a real ``Scheduler`` owning a real
-``DecodePreallocQueue`` and ``DecodeTransferQueue`` built without their constructors, with
-the loopback receiver in the back end's role.
+Bare (:func:`prefill_side`, :func:`decode_side`, the schedule search, which resets one pair per
+schedule): a real ``Scheduler`` owning a real ``PrefillBootstrapQueue`` (its result step the real
+``process_batch_result_disagg_prefill``, whose real ``send_kv_chunk`` reads the request's
+``req_to_token`` row), and one owning a real ``DecodePreallocQueue`` and ``DecodeTransferQueue``,
+built without their constructors, with the loopback's sender and receiver in the back end's role.
+Every attribute not given here is answered by the build's own constructor code
+(:mod:`harness.strict`) or fails the probe by name.
 """
 
 from __future__ import annotations
