@@ -51,7 +51,7 @@ from difflab.probe.kit import Kit
 from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import PAGE, build_pair, memory_event, wired
-from harness.pd_sides import prefill_side, wired_decode_side
+from harness.pd_sides import wired_decode_side, wired_prefill_side
 
 LONG = 24
 OVERLONG = 28
@@ -109,8 +109,12 @@ def _request(flow: Flow, rid: str, prompt: int, *, rejection: str | None = None)
 
 def _incident(kit: Kit, backend: str) -> dict[str, Any]:
     pair = build_pair(kit, backend, reuse_memory=True)
-    with wired(pair, bare_decode=False), wired_decode_side(pair, DECODE_CAPACITY) as decode:
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
+    with (
+        wired(pair, bare_decode=False, bare_prefill=False),
+        wired_decode_side(pair, DECODE_CAPACITY) as decode,
+        wired_prefill_side(pair) as prefill,
+    ):
+        flow = Flow(pair, prefill, decode)
         fields = _request(flow, "long", LONG)
         kit.allow_log(re.escape("Decode transfer failed for request"))
         fields |= {

@@ -49,9 +49,8 @@ from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import Pair, build_pair, memory_event, wired
-from harness.pd_sides import prefill_side, wired_decode_side
+from harness.pd_sides import wired_decode_side, wired_prefill_side
 
-PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
 PROMPT = 8  # two pages each
 BACKENDS = ("mooncake", "nixl", "mori")
@@ -76,8 +75,12 @@ ORDERING = (
 
 def _reuse(kit: Kit, backend: str, *, lands: bool, client_abort: bool = False) -> dict[str, Any]:
     pair: Pair = build_pair(kit, backend, reuse_memory=True)
-    with wired(pair, bare_decode=False), wired_decode_side(pair, DECODE_CAPACITY, force_deferred=True) as decode:
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
+    with (
+        wired(pair, bare_decode=False, bare_prefill=False),
+        wired_decode_side(pair, DECODE_CAPACITY, force_deferred=True) as decode,
+        wired_prefill_side(pair) as prefill,
+    ):
+        flow = Flow(pair, prefill, decode)
         pair.wire.hold = True
         flow.arrive("donor", PROMPT)
         flow.tick()

@@ -47,9 +47,8 @@ from harness.features import Machinery
 from harness.pd_flow import Flow
 from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, wired
 from harness.pd_search import _failed_send_acks
-from harness.pd_sides import prefill_side, wired_decode_side
+from harness.pd_sides import wired_decode_side, wired_prefill_side
 
-PREFILL_LIMIT = 26
 DECODE_CAPACITY = 32
 PROMPT = 8  # two pages each
 # The pair plays each back end's role (fields ``<backend>:<scenario>.<field>``). ``failed_send`` runs in
@@ -78,10 +77,11 @@ def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bo
     pair: Pair = build_pair(kit, backend, reuse_memory=True)
     pair.acks_failed_send = _failed_send_acks(kit, backend) if fail else None
     with (
-        wired(pair, bare_decode=False),
+        wired(pair, bare_decode=False, bare_prefill=False),
         wired_decode_side(pair, DECODE_CAPACITY, force_deferred=force_deferred) as decode,
+        wired_prefill_side(pair) as prefill,
     ):
-        flow = Flow(pair, prefill_side(pair, PREFILL_LIMIT), decode)
+        flow = Flow(pair, prefill, decode)
         pair.wire.hold = True
         flow.arrive("donor", PROMPT)
         flow.tick()

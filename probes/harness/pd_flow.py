@@ -2,7 +2,9 @@
 
 A scenario is a sequence of these steps; the order is the scenario's (or the
 schedule search's) choice and is named in the observation. After each step
-the caller may check the ownership invariant (:meth:`Flow.check`).
+the caller may check the ownership invariant (:meth:`Flow.check`). Each step runs
+with its own side's runtime context in effect (``active()``: a wired side's published
+context, :class:`harness.server.Published`).
 """
 
 from __future__ import annotations
@@ -45,13 +47,16 @@ class Flow:
         self.p_reqs[rid], self.d_reqs[rid] = p, d
         if reject_on_prefill is not None:
             reject_at_intake(self.pair.kit, p, reject_on_prefill)
-        self.prefill.queue.add(p, NUM_KV_HEADS)
-        self.decode.admit(d)
+        with self.prefill.active():
+            self.prefill.queue.add(p, NUM_KV_HEADS)
+        with self.decode.active():
+            self.decode.admit(d)
 
     # -- decode: reserve pages and publish them --------------------------------
     def preallocate(self) -> list[str]:
         before = self.pair.decode.free_pages()
-        ready, *_ = _pair_of(self.decode.prealloc.pop_preallocated())
+        with self.decode.active():
+            ready, *_ = _pair_of(self.decode.prealloc.pop_preallocated())
         for decode_req in ready:
             self.pair.note_decode_allocation(before, decode_req.req.rid)
             before = self.pair.decode.free_pages()
@@ -60,7 +65,8 @@ class Flow:
 
     # -- prefill: bootstrap, forward, result ----------------------------------
     def bootstrap(self) -> list[str]:
-        popped = self.prefill.queue.pop_bootstrapped()
+        with self.prefill.active():
+            popped = self.prefill.queue.pop_bootstrapped()
         self.prefill.scheduler.waiting_queue.extend(popped)
         return [r.rid for r in popped]
 
@@ -74,13 +80,23 @@ class Flow:
             self.prefill.scheduler.waiting_queue.remove(req)
         self.pair.prefill_forward(req)
         kit = self.pair.kit
-        batch = kit.fake("batch", reqs=[req], spec_info=None, prefill_stats=None, dp_cooperation_info=None)
+        batch = kit.fake(
+            "batch",
+            reqs=[req],
+            spec_info=None,
+            prefill_stats=_prefill_stats(self.prefill.scheduler, req) if self.prefill.published else None,
+            dp_cooperation_info=None,
+            return_logprob=False,
+            forward_iter=None,
+        )
         result = GenerationBatchResult(next_token_ids=torch.full((1,), 11))
-        self.prefill.scheduler.process_batch_result_disagg_prefill(batch, result)
+        with self.prefill.active():
+            self.prefill.scheduler.process_batch_result_disagg_prefill(batch, result)
 
     # -- decode: transfer poll, attention, finish -----------------------------
     def poll_transfers(self) -> list[str]:
-        done = self.decode.transfer.pop_transferred()
+        with self.decode.active():
+            done = self.decode.transfer.pop_transferred()
         for req in done:
             self.running.append(req.rid)
         return [r.rid for r in done]
@@ -91,9 +107,10 @@ class Flow:
         Acks the prefill rank sent since the last pass arrive first (the wire is asynchronous).
         Requests whose KV arrived go to the scheduler's waiting queue; here they start decoding.
         """
-        self.pair.deliver_acks()
         scheduler = self.decode.scheduler
-        scheduler.process_decode_queue()
+        with self.decode.active():
+            self.pair.deliver_acks()
+            scheduler.process_decode_queue()
         arrived = [req.rid for req in scheduler.waiting_queue]
         scheduler.waiting_queue.clear()
         self.running.extend(arrived)
@@ -142,12 +159,14 @@ class Flow:
         req = self.d_reqs[rid]
         # release_kv_cache(req, cache, is_insert=True) (<= 0.5.21) became (req, cache, *, checkpoint) (0.5.22)
         flag = "checkpoint" if "checkpoint" in inspect.signature(decode.release_kv_cache).parameters else "is_insert"
-        decode.release_kv_cache(req, self.pair.decode.cache, **{flag: True})
+        with self.decode.active():
+            decode.release_kv_cache(req, self.pair.decode.cache, **{flag: True})
         self.running.remove(rid)
 
     def prefill_poll(self) -> None:
         """Prefill's in-flight poll: the build's ``process_disagg_prefill_inflight_queue`` releases what is done."""
-        self.prefill.scheduler.process_disagg_prefill_inflight_queue()
+        with self.prefill.active():
+            self.prefill.scheduler.process_disagg_prefill_inflight_queue()
 
     def abortable(self) -> list[str]:
         """Decode requests a client abort can reach in the PD queues (not yet decoding, not finished)."""
@@ -158,7 +177,8 @@ class Flow:
         """The client aborts: the real ``Scheduler.abort_request`` on the decode scheduler with a real ``AbortReq``."""
         from sglang.srt.managers.io_struct import AbortReq
 
-        self.decode.scheduler.abort_request(AbortReq(rid=rid))
+        with self.decode.active():
+            self.decode.scheduler.abort_request(AbortReq(rid=rid))
 
     def time_passes(self, land: bool) -> None:
         """Held writes settle (land, or fail), then the clock passes every timeout of the build."""
@@ -190,7 +210,7 @@ class Flow:
 
     def status(self, side: str, rid: str) -> list[int | None]:
         if side == "prefill":
-            return list(self.prefill.sent.get(rid, []))
+            return self.prefill.statuses(rid)
         return self.decode.statuses(rid)
 
     def decode_outcome(self, rid: str) -> int | None:
@@ -206,3 +226,21 @@ def _pair_of(popped: Any) -> tuple[list[Any], list[Any]]:
     if isinstance(popped, tuple):
         return popped[0], popped[1]
     return popped, []
+
+
+def _prefill_stats(scheduler: Any, req: Any) -> Any:
+    """The build's ``PrefillStats`` of a one-request batch, as its prefill adder would count it.
+
+    The request's whole prompt is new (no prefix hit: the cache is disabled), nothing else runs,
+    the new-token ratio is the scheduler's tracker's. A wired scheduler's real metrics reporter logs it.
+    """
+    from sglang.srt.managers.scheduler_components.metrics_reporter import PrefillStats
+    from sglang.srt.observability.metrics_collector import QueueCount
+
+    return PrefillStats(
+        log_input_tokens=len(req.origin_input_ids),
+        log_hit_tokens=0,
+        new_token_ratio=scheduler.new_token_ratio_tracker.current,
+        num_running_reqs=QueueCount.from_reqs([]),
+        num_new_seqs=1,
+    )

@@ -10,13 +10,19 @@ between requests, as in production.
 The requests move through the build's own queue methods: the prefill door
 (``PrefillBootstrapQueue.add``), the bootstrap poll (``pop_bootstrapped``), the
 prefill result step (``process_batch_result_disagg_prefill`` with the real
-``send_kv_chunk``), the decode door (``DecodePreallocQueue.add``), the decode
-pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``) and
-the KV release (``release_kv_cache``). The probes' decode side is the decode server
-the build's own start-up builds (:func:`harness.pd_sides.wired_decode_side`); the
-prefill side, and the schedule search's decode side, are built without their
-constructors (:mod:`harness.strict`: every attribute the pair does not give comes
-from the build's own constructor code, or the probe errors).
+``send_kv_chunk``), the in-flight poll, the decode door (``DecodePreallocQueue.add``),
+the decode pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``)
+and the KV release (``release_kv_cache``). In the probes both sides are the servers the
+build's own start-up builds: :func:`harness.pd_sides.wired_prefill_side` and
+:func:`harness.pd_sides.wired_decode_side` run ``run_scheduler_process`` in prefill and
+decode mode (scheduler class, ``init_disaggregation`` queues, metadata buffers, the back
+end's KV managers; per request the sender and receiver classes the build's
+``get_kv_class`` names), each stepped with its own published runtime context
+(:class:`harness.server.Published`), one server per back end and switch setting kept
+across a probe's scenarios and put back to its start-up state before each
+(:mod:`harness.kept`). The schedule search's sides are built without their constructors
+(:mod:`harness.strict`: every attribute the pair does not give comes from the build's own
+constructor code, or the probe errors).
 
 Faked are the model, the GPU and the network only:
 
@@ -24,11 +30,14 @@ Faked are the model, the GPU and the network only:
   allocator and pool as the scheduler would and writes the request's own marker into
   every slot it got; :meth:`Pair.attend` is the fake attention: it reads exactly the
   slots ``req_to_token`` maps for the request's sequence, and nothing else;
-- the transfer back end: prefill's ``get_kv_class`` answers with the loopback sender
-  (:class:`harness.pages.Loopback` moves the pages), which copies page contents exactly as
-  the sender's page indices and the receiver's published destination say; on a wired
-  decode side the receiver and KV manager are the back end's own (:class:`BuildEnd`), on
-  a bare one the loopback's (:class:`LoopbackEnd`);
+- the transfer engines and the network between the ranks (:class:`harness.pages.Loopback`
+  moves the pages): page contents are copied exactly as the prefill sender's page indices
+  and the decode receiver's published destination say. On a wired pair the senders,
+  receivers and KV managers are the back end's own and what each rank's transfer threads
+  would conclude goes through its manager (:class:`BuildStart`, :class:`BuildEnd`); only
+  the sender's hand-off to the RDMA engine (``send``) is the loopback's. On a bare pair the
+  loopback's sender, receiver and manager play the back end (:class:`LoopbackSender`,
+  :class:`LoopbackEnd`);
 - the zmq/HTTP side: the output streamer records the status each client received.
 
 Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.
@@ -105,16 +114,8 @@ class LoopbackSender(_Strict):
         return None
 
     def send(self, kv_indices: Any, state_indices: Any = None, num_kv_tokens: Any = None) -> None:
-        if self.num_pages is None:
-            raise MissingFakeAttribute(f"room {self.room}: the build sent KV before the sender's init")
-        rid = self.pair.room_rid[self.room]
-        if self.room in self.pair.aborted_rooms:
-            # Decode's ABORT reached this rank first: the chunk is dropped, the room concluded Failed.
-            self.pair.decisions.append(f"room {self.room}: chunk dropped, decode aborted the room")
-            self.state = "Failed"
-            return
-        self.pair.wire.post(self.room, rid, [int(p) for p in kv_indices], self.num_pages)
-        self.state = "Transferring"
+        if self.pair.sent(self.room, kv_indices, self.num_pages):
+            self.state = "Transferring"
 
     def poll(self) -> Any:
         """Bootstrapping until decode published where the room's pages go (its ``send_metadata``)."""
@@ -128,7 +129,7 @@ class LoopbackSender(_Strict):
         # Mooncake's sender abort concludes locally; it notifies nobody on the decode side.
         self.aborted = True
         self.state = "Failed"
-        self.pair.decisions.append(f"room {self.room}: prefill sender aborted; decode not notified")
+        self.pair.sender_aborted(self.room)
 
     def failure_exception(self) -> None:
         raise RuntimeError(f"loopback sender for room {self.room} failed")
@@ -165,8 +166,7 @@ class LoopbackReceiver(_Strict):
 
     def send_metadata(self, kv_indices: Any, aux_index: Any = None, state_indices: Any = None, **_: Any) -> None:
         self.aux_index = aux_index
-        self.pair.wire.publish(self.room, [int(p) for p in kv_indices])
-        self.pair.dst_aux[self.room] = aux_index
+        self.pair.publish(self.room, kv_indices, aux_index)
         self.state = "Transferring"
         self.waited_since = self.pair.clock
         self.init_time = self.pair.clock
@@ -275,6 +275,69 @@ class LoopbackEnd:
 
     def timed_out(self, room: int, req: Any) -> bool:
         return room in self.pair.timed_out
+
+
+class LoopbackStart:
+    """The prefill end of a bare pair (the schedule search): the loopback senders hold each room's state."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+
+    def published(self, room: int) -> None:
+        """Nothing to tell: a loopback sender's poll reads the wire's published destinations itself."""
+
+    def failed(self, room: int, reason: str) -> None:
+        if room in self.pair.senders:
+            self.pair.senders[room].state = "Failed"
+
+    def landed(self, room: int) -> int | None:
+        """The room's last write landed: Success, and the metadata slot to copy (None: the sender aborted)."""
+        sender = self.pair.senders[room]
+        if sender.aborted:
+            return None
+        sender.state = "Success"
+        return sender.aux_index
+
+
+class BuildStart:
+    """The prefill end of a wired pair: the build's own senders over the back end's own prefill KV manager.
+
+    Built by :func:`harness.pd_sides.wired_prefill_side`. The loopback plays decode's
+    registration and the transfer engine only: what the prefill rank's bootstrap thread and
+    transfer workers would conclude about a room -- decode registered its destination
+    (``WaitingForInput``), every page landed (``Success``), the send failed (``Failed``, with
+    its reason) -- goes through the build's manager (``update_status``, ``record_failure``);
+    each sender's own ``poll``, ``init``, ``abort``, ``clear`` and ``failure_exception`` then
+    answer from there. Only ``send`` (handing a chunk to the RDMA engine) is the loopback's:
+    the page indices the build's ``send_kv_chunk`` gives it go on the wire
+    (:meth:`Pair.sent`).
+    """
+
+    def __init__(self, pair: Pair, kv_mgr: Any) -> None:
+        self.pair, self.kv_mgr = pair, kv_mgr
+        self.aborted: set[int] = set()
+
+    def published(self, room: int) -> None:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if room in self.kv_mgr.request_status:
+            self.kv_mgr.update_status(room, KVPoll.WaitingForInput)
+
+    def failed(self, room: int, reason: str) -> None:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if room in self.kv_mgr.request_status:
+            self.kv_mgr.record_failure(room, reason)
+            self.kv_mgr.update_status(room, KVPoll.Failed)
+
+    def landed(self, room: int) -> int | None:
+        from sglang.srt.disaggregation.base.conn import KVPoll
+
+        if room in self.aborted:
+            return None
+        if room in self.kv_mgr.request_status:
+            self.kv_mgr.update_status(room, KVPoll.Success)
+        return self.pair.senders[room].aux_index
 
 
 class BuildEnd:
@@ -495,7 +558,8 @@ class Pair:
     manager: LoopbackManager | None
     wire: Loopback = field(init=False)
     end: LoopbackEnd | BuildEnd = field(init=False)
-    senders: dict[int, LoopbackSender] = field(default_factory=dict)
+    start: LoopbackStart | BuildStart = field(init=False)
+    senders: dict[int, Any] = field(default_factory=dict)  # LoopbackSender, or the build's own sender class
     receivers: dict[int, LoopbackReceiver] = field(default_factory=dict)
     room_rid: dict[int, str] = field(default_factory=dict)
     numbers: dict[str, int] = field(default_factory=dict)
@@ -520,6 +584,7 @@ class Pair:
         self.wire.decisions = self.decisions
         self.aborted_rooms: set[int] = set()
         self.end = LoopbackEnd(self)
+        self.start = LoopbackStart(self)
         self._time: VirtualTime | None = None
 
     def time(self) -> VirtualTime:
@@ -527,6 +592,31 @@ class Pair:
         if self._time is None:
             self._time = VirtualTime(self)
         return self._time
+
+    # -- the prefill sender's hand-off and decode's published destination ---------------------
+    def publish(self, room: int, kv_indices: Any, aux_index: Any) -> None:
+        """Decode published where the room's pages and metadata go (its receiver's ``send_metadata``)."""
+        self.wire.publish(room, [int(p) for p in kv_indices])
+        self.dst_aux[room] = aux_index
+        self.start.published(room)
+
+    def sent(self, room: int, kv_indices: Any, num_pages: int | None) -> bool:
+        """The prefill sender hands a chunk to the transfer engine: posted on the wire, or dropped (False).
+
+        ``num_pages`` is what the build's ``init`` told the sender the room holds.
+        """
+        if num_pages is None:
+            raise MissingFakeAttribute(f"room {room}: the build sent KV before the sender's init")
+        if room in self.aborted_rooms:
+            # Decode's ABORT reached this rank first: the chunk is dropped, the room concluded Failed.
+            self.decisions.append(f"room {room}: chunk dropped, decode aborted the room")
+            self.start.failed(room, f"room {room}: decode aborted the room")
+            return False
+        self.wire.post(room, self.room_rid[room], [int(p) for p in kv_indices], num_pages)
+        return True
+
+    def sender_aborted(self, room: int) -> None:
+        self.decisions.append(f"room {room}: prefill sender aborted; decode not notified")
 
     # -- an ABORT reached the prefill rank: drop unposted chunks, ack once drained ---------
     def abort_room(self, room: int) -> None:
@@ -551,9 +641,9 @@ class Pair:
         room = write.room
         self.failed_rooms.add(room)
         self.decisions.append(f"room {room}: send reported failed, decode told Failed; the write stays in flight")
-        if room in self.senders:
-            self.senders[room].state = "Failed"
-        self.end.failed(room, f"room {room}: the transfer engine reported the send failed")
+        reason = f"room {room}: the transfer engine reported the send failed"
+        self.start.failed(room, reason)
+        self.end.failed(room, reason)
         self.maybe_ack(room)
 
     def prefill_fault(self, room: int) -> None:
@@ -563,9 +653,9 @@ class Pair:
         an ABORT of the room only once that write has landed (:meth:`maybe_ack`).
         """
         self.decisions.append(f"room {room}: prefill rank concluded the room Failed; its posted writes stay in flight")
-        if room in self.senders:
-            self.senders[room].state = "Failed"
-        self.end.failed(room, f"room {room}: the prefill rank concluded the room Failed")
+        reason = f"room {room}: the prefill rank concluded the room Failed"
+        self.start.failed(room, reason)
+        self.end.failed(room, reason)
 
     def deliver_acks(self) -> None:
         for room in self.acks_in_flight:
@@ -578,13 +668,12 @@ class Pair:
 
     # -- the wire's completion: the last chunk landed, metadata copied, both ends Success ----
     def _landed(self, room: int) -> None:
-        sender = self.senders[room]
-        if sender.aborted:
+        src = self.start.landed(room)
+        if src is None:
             return
-        src, dst = sender.aux_index, self.dst_aux.get(room)
+        dst = self.dst_aux.get(room)
         for name in _metadata_fields(self.prefill.metadata):
             getattr(self.decode.metadata, name)[dst] = getattr(self.prefill.metadata, name)[src]
-        sender.state = "Success"
         self.end.landed(room)
 
     # -- requests ------------------------------------------------------------
@@ -857,11 +946,12 @@ def one_rank_collectives() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def wired(pair: Pair, *, bare_decode: bool = True) -> Iterator[None]:
+def wired(pair: Pair, *, bare_decode: bool = True, bare_prefill: bool = True) -> Iterator[None]:
     """The back end's classes answered by the loopback where the queue modules look them up.
 
-    Prefill's always; decode's only for a bare decode side (``bare_decode``): a wired one
-    (:func:`harness.pd_sides.wired_decode_side`) keeps the build's own receiver class.
+    Only for a bare side (``bare_prefill``, ``bare_decode``): a wired one
+    (:func:`harness.pd_sides.wired_prefill_side`, :func:`harness.pd_sides.wired_decode_side`)
+    keeps the build's own sender or receiver class.
     Also: the paged allocator's triton kernel replaced by the build's ``alloc_extend_naive``
     (the same allocation on a CPU; 0.5.22+ take that path themselves without triton).
     """
@@ -869,7 +959,8 @@ def wired(pair: Pair, *, bare_decode: bool = True) -> Iterator[None]:
     from sglang.srt.mem_cache.allocator import paged
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
+        if bare_prefill:
+            stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
         if bare_decode:
             stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
         stack.enter_context(swapped(paged, "alloc_extend_kernel", _cpu_extend_kernel()))

@@ -63,6 +63,56 @@ class Started(BaseException):  # noqa: N818 - a signal, not an error
         self.scheduler = scheduler
 
 
+class Published:
+    """The runtime context one side's start-up published, put back while that side runs.
+
+    The build's entry publishes its server arguments, config namespaces, parallel state and
+    flags process-wide (``runtime_context.publish``, last publish wins): one server per
+    process. Two sides in one process (the CPU pair's prefill and decode) each need their own
+    in effect while their code runs. :meth:`active` swaps them with the build's own
+    ``snapshot_context`` / ``restore_context``: the side that was active is snapshotted
+    (what it changed since is kept), this side's context is restored. Every :func:`start`
+    captures one, so the last side started is the one in effect.
+    """
+
+    _current: Published | None = None
+
+    def __init__(self) -> None:
+        from sglang.srt.runtime_context import snapshot_context
+
+        self.state = self.initial = snapshot_context()
+        Published._current = self
+
+    @classmethod
+    def set_aside(cls) -> None:
+        """Keep what the side in effect changed since it became active: another start-up publishes next."""
+        from sglang.srt.runtime_context import snapshot_context
+
+        if cls._current is not None:
+            cls._current.state = snapshot_context()
+            cls._current = None
+
+    def reset(self) -> None:
+        """Back to what this side's start-up published (a kept side's next scenario, :mod:`harness.kept`)."""
+        from sglang.srt.runtime_context import restore_context
+
+        self.state = self.initial
+        if Published._current is self:
+            restore_context(self.initial)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        from sglang.srt.runtime_context import restore_context, snapshot_context
+
+        current = Published._current
+        if current is not self:
+            if current is not None:
+                current.state = snapshot_context()
+            restore_context(self.state)
+            Published._current = self
+        yield
+
+
 @dataclass
 class Side:
     """One side the build's start-up built: its scheduler and what the harness lets a probe watch."""
@@ -74,6 +124,8 @@ class Side:
     """What the entry sent its parent once the scheduler was built (``pipe_writer.send``)."""
     seen: dict[str, Any] = field(default_factory=dict)
     """The probe's windows: ``sockets`` (:class:`Sockets`), ``cache_abort`` (the tree cache's abort call)."""
+    published: Published | None = None
+    """The runtime context this side's start-up published (:class:`Published`)."""
 
 
 MAX_TOTAL_TOKENS = 1024  # below an intake-rejected prompt (1500), above its one-token stub
@@ -558,6 +610,7 @@ def start(
     from harness.strict import real_object
 
     one_rank_groups(kit)
+    Published.set_aside()
     args = server_args(mode, backend, **fields)
     port_args = PortArgs.init_new(args)
     sent: list[Any] = []
@@ -599,4 +652,4 @@ def start(
     for obj, names in built:
         for name in names:
             obj.__dict__.pop(name, None)
-    return Side(mode=mode, backend=backend, scheduler=scheduler, init_info=sent, seen=seen)
+    return Side(mode=mode, backend=backend, scheduler=scheduler, init_info=sent, seen=seen, published=Published())
