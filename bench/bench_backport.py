@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     own, kept = statistics.median(times[False]), statistics.median(times[True])
-    print(
-        f"difflab backport of one fork ({args.release} tree, {len(expected)} verdicts, --no-cache), {args.runs} turns"
-    )
+    print(f"difflab backport of one fork ({args.release} tree, {len(expected)} fixes, --no-cache), {args.runs} turns")
     print("| hub | wall s, each turn | median |")
     print("|---|---|---:|")
     labels = ((False, "started by the command (DIFFLAB_HUB_IDLE_S=0)"), (True, "kept from an earlier command"))
