@@ -294,7 +294,8 @@ def test_the_signature_is_the_documented_stat_digest_and_racy_means_ctime_not_ol
 
 
 def test_filesystem_now_is_the_folders_own_clock_and_leaves_nothing(tmp_path: Path) -> None:
-    before = (tmp_path / "before").touch() or (tmp_path / "before").stat().st_ctime_ns
+    (tmp_path / "before").touch()
+    before = (tmp_path / "before").stat().st_ctime_ns
     now = tree.filesystem_now(tmp_path)
     (tmp_path / "after").touch()
     assert before <= now <= (tmp_path / "after").stat().st_ctime_ns
