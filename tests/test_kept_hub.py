@@ -184,7 +184,7 @@ def test_a_half_written_pointer_reads_as_none(tmp_path: Path) -> None:
     k.pointer_path.write_text('{"pid": 1, "socket": ')
     assert k.pointer() is None
     k.pointer_path.write_text(
-        '{"pid": 1, "socket": "/nowhere", "folder": "/nowhere", "key": "k", "idle_s": 1, "started": 0}'
+        '{"pid": 1, "socket": "/nowhere", "folder": "/nowhere", "key": "k", "idle_s": 1, "started": 0, "listener": 1}'
     )
     found = k.pointer()
     assert found is not None and not found.alive  # pid 1 is no hub
@@ -226,3 +226,86 @@ def test_the_hub_command_lists_and_stops_kept_hubs(
     assert gone(pid)
     assert main(["hub", "stop"]) == 0
     assert capsys.readouterr().out.strip() == "stopped 0 kept hubs"
+
+
+def test_a_socket_put_in_the_hubs_place_is_not_trusted(lab: Path, keeper: Keeper) -> None:  # noqa: F811
+    """A probe may write in the temporary folder: a listener of its own where the hub's socket was
+    must not be taken for the hub (it could answer with any results it liked)."""
+    import socket as socket_module
+
+    src = toy_source(lab, "a")
+    with runner(keep_s=KEEP_S) as first:
+        first.run([job(lab, "toy_patch", src)])
+        pid = first._hub.pid  # type: ignore[union-attr]
+    kept = keeper.pointer()
+    assert kept is not None
+    Path(kept.socket).unlink()
+    impostor = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    impostor.bind(kept.socket)
+    impostor.listen(1)
+    try:
+        assert kept.alive  # same pid, a socket at the path: only the listener's pid tells them apart
+        with runner(keep_s=KEEP_S) as second:
+            (obs,) = second.run([job(lab, "toy_patch", src, 1)])
+            assert second._hub.pid != pid and second._hub.proc is not None  # type: ignore[union-attr]
+        assert obs.status == "ok" and second.stats["hubs"][0]["reused"] is False
+        assert gone(pid), "the hub whose socket was replaced was not stopped"
+    finally:
+        impostor.close()
+
+
+def test_a_probe_cannot_talk_to_the_kept_hub(lab: Path, keeper: Keeper) -> None:  # noqa: F811
+    """Build code runs in the hub's probes. One that dials the hub waits behind its own lab (the hub
+    serves one at a time), and the connection it leaves queued does not keep the next lab waiting."""
+    src = toy_source(lab, "a")
+    with runner(keep_s=KEEP_S) as first:
+        first.run([job(lab, "toy_patch", src)])
+    kept = keeper.pointer()
+    assert kept is not None
+    (lab / "probes" / "toy_dial.py").write_text(
+        "import socket\n\ndef observe(kit):\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        f"    s.connect({kept.socket!r})\n"
+        "    s.settimeout(2)\n"
+        "    try:\n        return {'answer': s.recv(4096).decode()}\n"
+        "    except TimeoutError:\n        return {'answer': 'timeout'}\n"
+    )
+    with runner(keep_s=KEEP_S) as dialer:
+        (obs,) = dialer.run([job(lab, "toy_dial", src)])
+        assert dialer._hub.pid == kept.pid  # type: ignore[union-attr]
+    assert obs.status == "ok" and obs.fields == {"answer": "timeout"}
+    with runner(keep_s=KEEP_S) as again:
+        (ok,) = again.run([job(lab, "toy_patch", src, 2)])
+        assert again._hub.pid == kept.pid  # type: ignore[union-attr]
+    assert ok.status == "ok" and again.stats["hubs"][0]["reused"] is True  # greeted: not held by the dead probe
+
+
+def test_a_kept_hub_held_by_someone_else_is_replaced_not_waited_for(
+    lab: Path,  # noqa: F811
+    keeper: Keeper,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection that is not a lab's (any process of this user can dial the socket) holds the hub:
+    the next command waits only for the greeting's few seconds, then stops that hub and starts its own."""
+    import socket as socket_module
+
+    from difflab.runner import warm
+
+    src = toy_source(lab, "a")
+    with runner(keep_s=KEEP_S) as first:
+        first.run([job(lab, "toy_patch", src)])
+    kept = keeper.pointer()
+    assert kept is not None
+    squatter = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    squatter.connect(kept.socket)
+    squatter.settimeout(10)
+    assert b"hub-ready" in squatter.recv(4096)  # the hub is now this connection's
+    monkeypatch.setattr(warm, "KEPT_GREETING_S", 1.0)
+    try:
+        with runner(keep_s=KEEP_S) as second:
+            (obs,) = second.run([job(lab, "toy_patch", src, 1)])
+            assert second._hub.pid != kept.pid  # type: ignore[union-attr]
+        assert obs.status == "ok" and second.stats["hubs"][0]["reused"] is False
+        assert gone(kept.pid)
+    finally:
+        squatter.close()

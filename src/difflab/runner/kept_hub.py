@@ -29,6 +29,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -81,6 +82,10 @@ class Pointer:
     key: str
     idle_s: float
     started: float
+    listener: int
+    """The pid that made the listening socket (the command that started the hub): the only peer a
+    connection to the real socket can show. A probe may write in the temporary folder, so it could put
+    a socket of its own in the hub's place; its listener's pid would be its own."""
 
     @classmethod
     def read(cls, path: Path) -> Pointer | None:
@@ -151,6 +156,10 @@ class Keeper:
             sock.close()
             self.stop(found)
             return None
+        if peer_pid(sock) != found.listener:
+            sock.close()  # not the socket the hub was given: someone else's, in its place
+            self.stop(found)
+            return None
         return sock, found
 
     def remember(self, pointer: Pointer) -> None:
@@ -180,6 +189,12 @@ class Keeper:
         if found is None:
             return None
         return asdict(found) | {"alive": found.alive, "age_s": round(time.time() - found.started, 1)}
+
+
+def peer_pid(sock: socket.socket) -> int:
+    """The pid a connected Unix socket's far end had when it listened (or connected)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[0]
 
 
 def keepers(cache: Path) -> list[Keeper]:

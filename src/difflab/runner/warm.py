@@ -58,6 +58,10 @@ START_TIMEOUT_S = 600.0
 """Hub or server import: seconds normally, minutes on a cold disk; anything near this is a hang."""
 
 
+KEPT_GREETING_S = 30.0
+"""How long a kept hub may take to greet: it has nothing left to import."""
+
+
 class WarmUnavailable(Exception):  # noqa: N818 - a condition the runner recovers from
     """The hub could not be started or died; its jobs run in fresh processes."""
 
@@ -83,6 +87,8 @@ class _Hub:
     keeper: Keeper | None = None
     info: dict[str, Any] = field(default_factory=dict)
     buffer: bytes = b""
+    counted: bool = False
+    """In the runner's stats already (a hub serves every run of its runner)."""
 
     @classmethod
     def start(cls, spec: _HubSpec) -> _Hub:
@@ -95,18 +101,34 @@ class _Hub:
         cmd = spec.command(keep_s)
         key = kept_hub.hub_key([*cmd, spec.child_digest], env, folder)
         found = spec.keeper.connect(key) if claim is not None and spec.keeper is not None else None
-        if found is not None:
+        hub = cls._greeted(spec, *found) if found is not None else None
+        if hub is not None:
             shutil.rmtree(folder, ignore_errors=True)
-            sock, pointer = found
-            hub = cls(sock, pointer.pid, Path(pointer.folder), spec.child_digest, preload_file=spec.preload_file)
         else:
             hub = cls._spawn(spec, cmd, env, folder, keep_s)
             if claim is not None and spec.keeper is not None:
                 sock_path = str(folder / "hub.sock")
-                spec.keeper.remember(kept_hub.Pointer(hub.pid, sock_path, str(folder), key, keep_s, time.time()))
+                pointer = kept_hub.Pointer(hub.pid, sock_path, str(folder), key, keep_s, time.time(), os.getpid())
+                spec.keeper.remember(pointer)
         hub.claim, hub.keeper = claim, spec.keeper if claim is not None else None
         atexit.register(hub.close)
         return hub
+
+    @classmethod
+    def _greeted(cls, spec: _HubSpec, sock: socket.socket, pointer: kept_hub.Pointer) -> _Hub | None:
+        """The kept hub, once it has greeted this command: it has imported already, so it greets at once
+        unless someone else's connection holds it; then it is stopped and this command starts its own."""
+        hub = cls(sock, pointer.pid, Path(pointer.folder), spec.child_digest, preload_file=spec.preload_file)
+        try:
+            hub.info = hub.next_event(KEPT_GREETING_S)
+        except WarmUnavailable:
+            hub.info = {}
+        if hub.info.get("event") == "hub-ready" and int(hub.info.get("threads", 1)) <= 1:
+            return hub
+        sock.close()
+        if spec.keeper is not None:
+            spec.keeper.stop(pointer)
+        return None
 
     @classmethod
     def _spawn(cls, spec: _HubSpec, cmd: list[str], env: dict[str, str], folder: Path, keep_s: float) -> _Hub:
@@ -492,7 +514,7 @@ class WarmRunner:
         if hub is not None and (hub.child_digest != childlib.child_digest() or (hub.ready and not hub.alive)):
             self.close()  # a hub still importing that died says so in wait_ready, below
         hub = self._hub or self._spawn(child_root)
-        if hub.ready:
+        if hub.counted:
             return hub
         learned = hub.preload_file
         try:
@@ -506,6 +528,7 @@ class WarmRunner:
             learned.unlink(missing_ok=True)
             hub = self._spawn(child_root, learned=False).wait_ready()
         self.stats["hubs"].append({k: hub.info.get(k) for k in ("import_s", "import_cpu_s", "preloaded", "reused")})
+        hub.counted = True
         if learned is not None and hub.info.get("failed"):
             self._forget(set(hub.info["failed"]))  # e.g. a module a library made up at run time
         return hub
