@@ -309,3 +309,27 @@ def test_a_kept_hub_held_by_someone_else_is_replaced_not_waited_for(
         assert gone(kept.pid)
     finally:
         squatter.close()
+
+
+def test_a_socket_path_longer_than_an_address_holds_still_serves(tmp_path: Path) -> None:
+    """A long ``$TMPDIR`` gives the hub's socket a path past the 107 bytes an address holds."""
+    import socket as socket_module
+
+    folder = tmp_path / ("d" * 120)
+    folder.mkdir()
+    path = folder / "hub.sock"
+    assert len(str(path)) > kept_hub.SUN_PATH_MAX
+    listener = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    client = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    try:
+        kept_hub.unix_call(listener, "bind", path)
+        listener.listen(1)
+        assert path.exists()
+        kept_hub.unix_call(client, "connect", path)
+        conn, _ = listener.accept()
+        client.sendall(b"x")
+        assert conn.recv(1) == b"x"
+        conn.close()
+    finally:
+        client.close()
+        listener.close()

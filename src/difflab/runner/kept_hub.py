@@ -151,7 +151,7 @@ class Keeper:
             return None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(found.socket)
+            unix_call(sock, "connect", found.socket)
         except OSError:
             sock.close()
             self.stop(found)
@@ -189,6 +189,24 @@ class Keeper:
         if found is None:
             return None
         return asdict(found) | {"alive": found.alive, "age_s": round(time.time() - found.started, 1)}
+
+
+SUN_PATH_MAX = 107
+"""The longest path a Unix socket address holds (108 bytes with its NUL)."""
+
+
+def unix_call(sock: socket.socket, verb: str, path: Path | str) -> None:
+    """``sock.bind(path)`` or ``sock.connect(path)``, also for a path longer than an address holds (a
+    long ``$TMPDIR``): then through the folder's descriptor, ``/proc/self/fd/N/name``."""
+    path = Path(path)
+    if len(os.fsencode(str(path))) <= SUN_PATH_MAX:
+        getattr(sock, verb)(str(path))
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        getattr(sock, verb)(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.close(fd)
 
 
 def peer_pid(sock: socket.socket) -> int:

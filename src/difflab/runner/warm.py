@@ -135,10 +135,10 @@ class _Hub:
         """Make the socket, connect to it, and hand its listening end to a new hub: nothing to wait for."""
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(str(folder / "hub.sock"))
+            kept_hub.unix_call(listener, "bind", folder / "hub.sock")
             listener.listen(8)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(str(folder / "hub.sock"))  # queued until the hub has imported and accepts
+            kept_hub.unix_call(sock, "connect", folder / "hub.sock")  # queued until the hub accepts
             log = (folder / "hub.log").open("wb")
             proc = subprocess.Popen(
                 [*cmd, "--listen-fd", str(listener.fileno()), "--folder", str(folder)],
