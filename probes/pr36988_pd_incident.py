@@ -50,7 +50,7 @@ from typing import Any
 from difflab.probe.kit import Kit
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import PAGE, build_pair, memory_event, wired
+from harness.pd_pair import PAGE, build_pair, memory_event, on_cpu
 from harness.pd_sides import wired_decode_side, wired_prefill_side
 
 LONG = 24
@@ -110,7 +110,7 @@ def _request(flow: Flow, rid: str, prompt: int, *, rejection: str | None = None)
 def _incident(kit: Kit, backend: str) -> dict[str, Any]:
     pair = build_pair(kit, backend, reuse_memory=True)
     with (
-        wired(pair, bare_decode=False, bare_prefill=False),
+        on_cpu(pair),
         wired_decode_side(pair, DECODE_CAPACITY) as decode,
         wired_prefill_side(pair) as prefill,
     ):

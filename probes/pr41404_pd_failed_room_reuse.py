@@ -48,7 +48,7 @@ from difflab.probe.kit import Kit
 from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import Pair, build_pair, memory_event, wired
+from harness.pd_pair import Pair, build_pair, memory_event, on_cpu
 from harness.pd_sides import wired_decode_side, wired_prefill_side
 
 DECODE_CAPACITY = 32
@@ -76,7 +76,7 @@ ORDERING = (
 def _reuse(kit: Kit, backend: str, *, lands: bool, client_abort: bool = False) -> dict[str, Any]:
     pair: Pair = build_pair(kit, backend, reuse_memory=True)
     with (
-        wired(pair, bare_decode=False, bare_prefill=False),
+        on_cpu(pair),
         wired_decode_side(pair, DECODE_CAPACITY, force_deferred=True) as decode,
         wired_prefill_side(pair) as prefill,
     ):

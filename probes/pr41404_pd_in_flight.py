@@ -45,7 +45,7 @@ from difflab.probe.kit import Kit
 from harness.decode_kv import deferral_gap
 from harness.features import Machinery
 from harness.pd_flow import Flow
-from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, wired
+from harness.pd_pair import Pair, build_pair, memory_event, missing_backend, on_cpu
 from harness.pd_search import _failed_send_acks
 from harness.pd_sides import wired_decode_side, wired_prefill_side
 
@@ -77,7 +77,7 @@ def _race(kit: Kit, backend: str, *, abort: bool, fail: bool, force_deferred: bo
     pair: Pair = build_pair(kit, backend, reuse_memory=True)
     pair.acks_failed_send = _failed_send_acks(kit, backend) if fail else None
     with (
-        wired(pair, bare_decode=False, bare_prefill=False),
+        on_cpu(pair),
         wired_decode_side(pair, DECODE_CAPACITY, force_deferred=force_deferred) as decode,
         wired_prefill_side(pair) as prefill,
     ):

@@ -430,6 +430,45 @@ def test_an_import_site_is_found_in_a_module_loaded_since_and_a_rebound_name_is_
             sys.modules.pop(name, None)
 
 
+def test_a_swap_inside_a_swap_replaces_the_outer_stand_in_wherever_it_was_placed() -> None:
+    """Both sides of the CPU pair swap the socket factory: the inner swap's original is the outer one's
+    stand-in (a bound method, which the index of functions never holds). The inner stand-in reaches every
+    site the outer one was placed at and a module imported in between that bound it; on the way out each
+    site gets back what it had, so the build's own function is back everywhere."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.runtime import swapped_at_import_sites
+    finally:
+        sys.path.remove(str(PROBES))
+
+    class Edge:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def bind(self) -> str:
+            return self.name
+
+    owner = ModuleType("sglang.fake_nested_owner")
+    exec("def bind():\n    return 'real'\n", owner.__dict__)  # noqa: S102 - a module's own function
+    user = ModuleType("sglang.fake_nested_user")
+    user.bind = owner.bind  # type: ignore[attr-defined]
+    between = ModuleType("sglang.fake_nested_between")
+    sys.modules[owner.__name__], sys.modules[user.__name__] = owner, user
+    decode, prefill = Edge("decode"), Edge("prefill")
+    try:
+        with swapped_at_import_sites(owner, "bind", decode.bind):
+            between.bind = owner.bind  # type: ignore[attr-defined]  # imported while the outer swap is on
+            sys.modules[between.__name__] = between
+            with swapped_at_import_sites(owner, "bind", prefill.bind) as sites:
+                assert [m.bind() for m in (owner, user, between)] == ["prefill"] * 3
+                assert set(sites) == {f"{m.__name__}.bind" for m in (owner, user, between)}
+            assert [m.bind() for m in (owner, user, between)] == ["decode"] * 3
+        assert [m.bind() for m in (owner, user, between)] == ["real"] * 3
+    finally:
+        for name in (owner.__name__, user.__name__, between.__name__):
+            sys.modules.pop(name, None)
+
+
 def test_the_lab_clock_moves_every_reader_and_gives_the_clocks_back() -> None:
     """A release timeout passes on the lab's clock: ``time.monotonic`` and a name an SGLang module bound
     to it (``from time import monotonic``) both move by what the probe advanced, the advance is recorded,

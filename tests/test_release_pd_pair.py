@@ -131,13 +131,18 @@ def test_the_schedule_search_finds_the_leak_on_0_5_19_and_repeats_itself(tmp_pat
     from difflab.workflows.fuzz import execute as fuzz
 
     runs = [
-        fuzz(FuzzRequest(release="0.5.19", schedules=25, seed=1, out=tmp_path / f"f{i}", argv=[]), Reporter())
+        fuzz(FuzzRequest(release="0.5.19", schedules=25, seed=2, out=tmp_path / f"f{i}", argv=[]), Reporter())
         for i in range(2)
     ]
     assert [r.exit_code for r in runs] == [1, 1]
     assert runs[0].leaks and runs[0].leaks == runs[1].leaks
     doc = json.loads((tmp_path / "f0" / "fuzz.json").read_text())
-    assert doc["schedules"] == 25 and doc["seed"] == 1 and doc["leaks"] == runs[0].leaks
+    assert doc["schedules"] == 25 and doc["seed"] == 2 and doc["leaks"] == runs[0].leaks
+    # the schedules ran on the servers the build's start-up built, its own senders and receivers
+    decode, prefill = doc["servers"]["decode_server"], doc["servers"]["prefill_server"]
+    assert decode["built_by"] == prefill["built_by"] == "run_scheduler_process"
+    assert decode["kv_manager"] == prefill["kv_manager"] == "MooncakeKVManager"
+    assert decode["receivers"] == ["MooncakeKVReceiver"] and prefill["senders"] == ["MooncakeKVSender"]
     leak = doc["leaks"][0]
     assert leak["victim"] != leak["owner"] and leak["pages"] and leak["schedule"]
     assert doc["runs"] >= 25 and doc["cpu_seconds"] > 0 and doc["schedules_per_second_per_core"] > 0

@@ -1,4 +1,4 @@
-"""The schedule search's state machine: hypothesis's stateful rules over a fresh :class:`harness.pd_pair.Pair`.
+"""The schedule search's state machine: hypothesis's stateful rules over a :class:`harness.pd_pair.Pair`.
 
 Each rule is one step of a schedule -- a real queue method of the build or an event of
 the wire (see :mod:`harness.pd_search`). :func:`harness.pd_search.machine_class` binds a
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from harness.pd_flow import Flow
-from harness.pd_pair import build_pair, one_rank_collectives, wired
-from harness.pd_sides import decode_side, prefill_side
+from harness.pd_pair import build_pair, on_cpu, one_rank_collectives
+from harness.pd_sides import wired_decode_side, wired_prefill_side
 
-PREFILL_LIMIT = 14
+PREFILL_LIMIT = 14  # the intake bound the rejection names (prefill rejects an over-long prompt at intake)
 DECODE_CAPACITY = 32
 LENGTHS = (4, 8, 12)  # prompts of 1 to 3 pages
 OVERLONG = 16
@@ -72,20 +72,34 @@ class PairSchedules(RuleBasedStateMachine):
     backend: ClassVar[str]
     acks_failed_send: ClassVar[bool | None]
     report: ClassVar[Callable[[Found], None]]
+    servers: ClassVar[dict[str, dict[str, Any]]]
+    """``decode_server`` / ``prefill_server``: how the build's start-up built each side."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pair = build_pair(self.kit, self.backend, reuse_memory=True)
         self.pair.acks_failed_send = self.acks_failed_send
         self.stack = self.pair.stack
-        self.stack.enter_context(wired(self.pair))
+        self.stack.enter_context(on_cpu(self.pair))
         self.stack.enter_context(one_rank_collectives())
-        self.flow = Flow(self.pair, prefill_side(self.pair, PREFILL_LIMIT), decode_side(self.pair, DECODE_CAPACITY))
+        decode = self.stack.enter_context(wired_decode_side(self.pair, DECODE_CAPACITY, report=self._server))
+        prefill = self.stack.enter_context(wired_prefill_side(self.pair, report=self._server))
+        self.flow = Flow(self.pair, prefill, decode)
         self.steps: list[str] = []
         self.count = 0
 
     def teardown(self) -> None:
         self.stack.close()
+
+    def _server(self, name: str, **fields: Any) -> None:
+        """What each side's server was: its start-up ran once and is kept since; the sender and receiver
+        classes are every schedule's together."""
+        fields.pop("scenario", None)
+        before = self.servers.get(name, {})
+        for key, value in fields.items():
+            if isinstance(value, list):
+                fields[key] = sorted({*before.get(key, []), *value})
+        self.servers[name] = fields
 
     def _do(self, label: str, action: Callable[[], Any]) -> None:
         self.steps.append(label)

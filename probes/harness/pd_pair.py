@@ -12,7 +12,7 @@ The requests move through the build's own queue methods: the prefill door
 prefill result step (``process_batch_result_disagg_prefill`` with the real
 ``send_kv_chunk``), the in-flight poll, the decode door (``DecodePreallocQueue.add``),
 the decode pre-allocation (``pop_preallocated``), the transfer poll (``pop_transferred``)
-and the KV release (``release_kv_cache``). In the probes both sides are the servers the
+and the KV release (``release_kv_cache``). Both sides are the servers the
 build's own start-up builds: :func:`harness.pd_sides.wired_prefill_side` and
 :func:`harness.pd_sides.wired_decode_side` run ``run_scheduler_process`` in prefill and
 decode mode (scheduler class, ``init_disaggregation`` queues, metadata buffers, the back
@@ -20,9 +20,8 @@ end's KV managers; per request the sender and receiver classes the build's
 ``get_kv_class`` names), each stepped with its own published runtime context
 (:class:`harness.server.Published`), one server per back end and switch setting kept
 across a probe's scenarios and put back to its start-up state before each
-(:mod:`harness.kept`). The schedule search's sides are built without their constructors
-(:mod:`harness.strict`: every attribute the pair does not give comes from the build's own
-constructor code, or the probe errors).
+(:mod:`harness.kept`). So are the schedule search's (:mod:`harness.pd_machine`): its
+thousands of schedules run on the two kept servers, put back before each.
 
 Faked are the model, the GPU and the network only:
 
@@ -32,12 +31,10 @@ Faked are the model, the GPU and the network only:
   slots ``req_to_token`` maps for the request's sequence, and nothing else;
 - the transfer engines and the network between the ranks (:class:`harness.pages.Loopback`
   moves the pages): page contents are copied exactly as the prefill sender's page indices
-  and the decode receiver's published destination say. On a wired pair the senders,
+  and the decode receiver's published destination say. The senders,
   receivers and KV managers are the back end's own and what each rank's transfer threads
   would conclude goes through its manager (:class:`BuildStart`, :class:`BuildEnd`); only
-  the sender's hand-off to the RDMA engine (``send``) is the loopback's. On a bare pair the
-  loopback's sender, receiver and manager play the back end (:class:`LoopbackSender`,
-  :class:`LoopbackEnd`);
+  the sender's hand-off to the RDMA engine (``send``) is the loopback's;
 - the zmq/HTTP side: the output streamer records the status each client received.
 
 Not shown on a CPU (the GPU tier's): RDMA timing, attention kernels, several ranks.
@@ -75,228 +72,6 @@ front of the free list). A PD server builds its allocator with ``need_sort=True`
 the free list runs out. With the server's order the pair's two-request race scenarios give the
 victim fresh pages (no reuse, no leak); the same race needs pool pressure there. This is the
 lab's choice, not the build's, and every pair probe names it (:func:`memory_event`)."""
-
-
-class _Strict:
-    """Loopback endpoints answer only what they define: a read of anything else is a probe error."""
-
-    def __getattr__(self, item: str) -> Any:
-        if item.startswith("__"):
-            raise AttributeError(item)
-        raise MissingFakeAttribute(f"the loopback {type(self).__name__} was asked for {item!r}")
-
-
-class LoopbackSender(_Strict):
-    """The prefill end of the wire in the role of the back end's sender (any release's signature)."""
-
-    def __init__(self, pair: Pair, **kwargs: Any) -> None:
-        self.pair = pair
-        self.room = int(kwargs["bootstrap_room"])
-        self.num_pages: int | None = None
-        self.aux_index: int | None = None
-        self.state: str = "WaitingForInput"
-        self.aborted = False
-        self.kv_mgr = None  # the in-flight poll asks for a dummy CP rank's manager: there is none
-        self.supports_host_tensor_indices = False  # 0.5.23 asks; page indices come as numpy, as other senders take them
-        pair.senders[self.room] = self
-
-    def init(self, num_kv_indices: int, aux_index: int | None = None) -> None:
-        self.num_pages = int(num_kv_indices)
-        self.aux_index = aux_index
-
-    def pop_decode_prefix_len(self) -> int:
-        return 0
-
-    def should_send_kv_chunk(self, num_pages: int, last_chunk: bool) -> bool:
-        return True
-
-    def get_max_transfer_tokens(self) -> None:
-        return None
-
-    def send(self, kv_indices: Any, state_indices: Any = None, num_kv_tokens: Any = None) -> None:
-        if self.pair.sent(self.room, kv_indices, self.num_pages):
-            self.state = "Transferring"
-
-    def poll(self) -> Any:
-        """Bootstrapping until decode published where the room's pages go (its ``send_metadata``)."""
-        from sglang.srt.disaggregation.base.conn import KVPoll
-
-        if self.state == "WaitingForInput" and self.room not in self.pair.wire.destinations:
-            return KVPoll.Bootstrapping
-        return getattr(KVPoll, self.state)
-
-    def abort(self) -> None:
-        # Mooncake's sender abort concludes locally; it notifies nobody on the decode side.
-        self.aborted = True
-        self.state = "Failed"
-        self.pair.sender_aborted(self.room)
-
-    def failure_exception(self) -> None:
-        raise RuntimeError(f"loopback sender for room {self.room} failed")
-
-    def clear(self) -> None:
-        pass
-
-    def get_transfer_metric(self) -> Any:
-        from sglang.srt.disaggregation.base.conn import KVTransferMetric
-
-        return KVTransferMetric()
-
-
-class LoopbackReceiver(_Strict):
-    """The decode end of the wire in the role of the back end's receiver."""
-
-    def __init__(self, pair: Pair, **kwargs: Any) -> None:
-        self.pair = pair
-        self.room = int(kwargs["bootstrap_room"])
-        self.state = "Bootstrapping"
-        self.waited_since = pair.clock
-        self.require_staging = False
-        self.abort_notified = False
-        self.init_time: float | None = None  # set once the destination is published to every prefill rank
-        self.conclude_state: Any = None
-        self.supports_host_destination = False
-        self.kv_mgr = pair.manager
-        # one prefill rank (tp 1): the rank an ABORT goes to and an ack comes from
-        self.bootstrap_infos: list[Any] = [{"rank_ip": BOOTSTRAP_HOST, "rank_port": BOOTSTRAP_PORT}]
-        pair.receivers[self.room] = self
-
-    def init(self, prefill_dp_rank: int = 0) -> None:
-        self.state = "WaitingForInput"
-
-    def send_metadata(self, kv_indices: Any, aux_index: Any = None, state_indices: Any = None, **_: Any) -> None:
-        self.aux_index = aux_index
-        self.pair.publish(self.room, kv_indices, aux_index)
-        self.state = "Transferring"
-        self.waited_since = self.pair.clock
-        self.init_time = self.pair.clock
-
-    def poll(self) -> Any:
-        from sglang.srt.disaggregation.base.conn import KVPoll
-
-        if self.state == "Transferring" and self.pair.clock - self.waited_since >= self.pair.waiting_timeout_s:
-            self.state = "Failed"
-            self.pair.timed_out.add(self.room)
-        return getattr(KVPoll, self.state)
-
-    def failure_exception(self) -> None:
-        raise RuntimeError(f"loopback receiver for room {self.room}: KV transfer timed out")
-
-    def clear(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        """Decode aborts the room (a client abort): Failed, and the prefill rank is told (as Mooncake's receiver)."""
-        self.state = "Failed"
-        self.conclude_state = self.poll()
-        self.ensure_abort_notified()
-
-    def ensure_abort_notified(self, *, force_arm: bool = False) -> None:
-        """ABORT to the prefill rank, once: it drops what it has not posted and acks when drained.
-
-        The drain-ack tracker is armed before the ABORT as the build's own receiver arms it
-        (:func:`_receiver_arms`): with ``force_arm``, or once the destination was published.
-        """
-        arms = force_arm or (_receiver_arms() and self.init_time is not None)
-        if arms and self.kv_mgr.enable_deferred_decode_kv_release and not self.abort_notified:
-            self.kv_mgr.register_deferred_abort_room(self.room)
-        if self.abort_notified:
-            return
-        self.abort_notified = True
-        self.pair.abort_room(self.room)
-
-    def is_abort_release_safe(self) -> bool:
-        return self.kv_mgr.is_abort_release_safe(self.room, len(self.bootstrap_infos))
-
-
-# ---------------------------------------------------------------------------
-# Version adaptation: who arms the drain-ack tracker of a decode abort.
-#   the scheduler, after receiver.abort() returned (Scheduler.abort_request)        (<= 0.5.20)
-#   the receiver, before the ABORT goes out: CommonKVReceiver._send_abort_notification(force_arm=...)
-#   arms when force_arm or init_time is set (common/conn.py, 0.5.21+)
-# ---------------------------------------------------------------------------
-@functools.cache
-def _receiver_arms() -> bool:
-    import inspect
-
-    from sglang.srt.disaggregation.common.conn import CommonKVReceiver
-
-    send = getattr(CommonKVReceiver, "_send_abort_notification", None)
-    return send is not None and "force_arm" in inspect.signature(send).parameters
-
-
-class LoopbackManager(_Strict):
-    """The decode KV manager's deferred-release bookkeeping, in the role of the back end's.
-
-    ``enable_deferred_decode_kv_release`` is the value the back end's real manager class
-    computes in this build (its constructor code, evaluated by :mod:`harness.strict`).
-    """
-
-    def __init__(self, enable_deferred: bool) -> None:
-        self.enable_deferred_decode_kv_release = enable_deferred
-        self.acks: dict[int, int | None] = {}  # None: not armed, acks are dropped (as the real tracker)
-
-    def register_deferred_abort_room(self, bootstrap_room: int) -> None:
-        self.acks[bootstrap_room] = 0
-
-    def note_abort_ack(self, bootstrap_room: int) -> None:
-        if self.acks.get(bootstrap_room) is not None:
-            self.acks[bootstrap_room] = (self.acks[bootstrap_room] or 0) + 1
-
-    def is_abort_release_safe(self, bootstrap_room: int, required_acks: int) -> bool:
-        return (self.acks.get(bootstrap_room) or 0) >= required_acks
-
-    def clear_deferred_abort_state(self, bootstrap_room: int) -> None:
-        self.acks.pop(bootstrap_room, None)
-
-
-class LoopbackEnd:
-    """The decode end of a bare pair (the schedule search): the loopback receivers and manager."""
-
-    def __init__(self, pair: Pair) -> None:
-        self.pair = pair
-
-    @property
-    def defers(self) -> bool:
-        return bool(self.pair.manager.enable_deferred_decode_kv_release)
-
-    def landed(self, room: int) -> None:
-        receiver = self.pair.receivers.get(room)
-        if receiver is not None and receiver.state == "Transferring":
-            receiver.state = "Success"
-
-    def failed(self, room: int, reason: str) -> None:
-        receiver = self.pair.receivers.get(room)
-        if receiver is not None and receiver.state in ("Transferring", "WaitingForInput"):
-            receiver.state = "Failed"
-
-    def ack(self, room: int) -> None:
-        self.pair.manager.note_abort_ack(room)
-
-    def timed_out(self, room: int, req: Any) -> bool:
-        return room in self.pair.timed_out
-
-
-class LoopbackStart:
-    """The prefill end of a bare pair (the schedule search): the loopback senders hold each room's state."""
-
-    def __init__(self, pair: Pair) -> None:
-        self.pair = pair
-
-    def published(self, room: int) -> None:
-        """Nothing to tell: a loopback sender's poll reads the wire's published destinations itself."""
-
-    def failed(self, room: int, reason: str) -> None:
-        if room in self.pair.senders:
-            self.pair.senders[room].state = "Failed"
-
-    def landed(self, room: int) -> int | None:
-        """The room's last write landed: Success, and the metadata slot to copy (None: the sender aborted)."""
-        sender = self.pair.senders[room]
-        if sender.aborted:
-            return None
-        sender.state = "Success"
-        return sender.aux_index
 
 
 class BuildStart:
@@ -555,12 +330,12 @@ class Pair:
     prefill: Rank
     decode: Rank
     ledger: Ledger
-    manager: LoopbackManager | None
     wire: Loopback = field(init=False)
-    end: LoopbackEnd | BuildEnd = field(init=False)
-    start: LoopbackStart | BuildStart = field(init=False)
-    senders: dict[int, Any] = field(default_factory=dict)  # LoopbackSender, or the build's own sender class
-    receivers: dict[int, LoopbackReceiver] = field(default_factory=dict)
+    end: BuildEnd = field(init=False)
+    """Set by :func:`harness.pd_sides.wired_decode_side` (the build's decode KV manager)."""
+    start: BuildStart = field(init=False)
+    """Set by :func:`harness.pd_sides.wired_prefill_side` (the build's prefill KV manager)."""
+    senders: dict[int, Any] = field(default_factory=dict)  # the build's own sender of each room
     room_rid: dict[int, str] = field(default_factory=dict)
     numbers: dict[str, int] = field(default_factory=dict)
     dst_aux: dict[int, Any] = field(default_factory=dict)
@@ -583,8 +358,6 @@ class Pair:
         )
         self.wire.decisions = self.decisions
         self.aborted_rooms: set[int] = set()
-        self.end = LoopbackEnd(self)
-        self.start = LoopbackStart(self)
         self._time: VirtualTime | None = None
 
     def time(self) -> VirtualTime:
@@ -768,19 +541,6 @@ def _metadata_fields(buffers: Any) -> list[str]:
     return [name for name, value in vars(buffers).items() if isinstance(value, torch.Tensor) and value.dim() >= 1]
 
 
-def _kv_class(pair: Pair) -> Any:
-    from sglang.srt.disaggregation.utils import KVClassType
-
-    def get_kv_class(backend: Any, kind: Any) -> Any:
-        if kind == KVClassType.SENDER:
-            return lambda **kw: LoopbackSender(pair, **kw)
-        if kind == KVClassType.RECEIVER:
-            return lambda **kw: LoopbackReceiver(pair, **kw)
-        raise MissingFakeAttribute(f"the pair was asked for a {kind} of back end {backend}")
-
-    return get_kv_class
-
-
 def _backend(name: str) -> Any:
     from sglang.srt.disaggregation.utils import TransferBackend
 
@@ -842,13 +602,12 @@ def _evaluate_deferred_default(kit: Kit, backend: str) -> bool:
 _RANKS: list[Rank] = []
 
 
-def build_pair(
-    kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False, force_deferred: bool = False
-) -> Pair:
-    """A fresh pair: both ranks' memory, the queues of both sides, the loopback, the build's timeout.
+def build_pair(kit: Kit, backend: str = "mooncake", *, reuse_memory: bool = False) -> Pair:
+    """A fresh pair: both ranks' memory, the loopback, the build's timeout (its sides: :mod:`harness.pd_sides`).
 
-    ``reuse_memory`` (the schedule search): the two ranks' real pools are built once per
-    process and reset to a fresh rank's state for each schedule (:meth:`Rank.reset`).
+    ``reuse_memory``: the two ranks' real pools are built once per process and reset to a fresh
+    rank's state for each scenario or schedule (:meth:`Rank.reset`); the kept servers are
+    keyed by rank, so they serve every pair of the process.
     """
     ensure_runtime()
     from sglang.srt.environ import envs
@@ -861,12 +620,8 @@ def build_pair(
         prefill, decode = _RANKS
     else:
         prefill, decode = _rank(), _rank()
-    default = _deferred_default(kit, backend)
-    if force_deferred:
-        kit.forced_flag(f"{backend} decode kv_manager.enable_deferred_decode_kv_release", True, default, "", [])
-    manager = LoopbackManager(True if force_deferred else default)
-    pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger(), manager=manager)
-    pair.deferred_by_default = default
+    pair = Pair(kit=kit, backend=backend, prefill=prefill, decode=decode, ledger=Ledger())
+    pair.deferred_by_default = _deferred_default(kit, backend)
     pair.waiting_timeout_s = float(envs.SGLANG_DISAGGREGATION_WAITING_TIMEOUT.get())
     return pair
 
@@ -946,23 +701,17 @@ def one_rank_collectives() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def wired(pair: Pair, *, bare_decode: bool = True, bare_prefill: bool = True) -> Iterator[None]:
-    """The back end's classes answered by the loopback where the queue modules look them up.
+def on_cpu(pair: Pair) -> Iterator[None]:
+    """The pair's CPU stand-ins where the build's modules look them up, for a scenario.
 
-    Only for a bare side (``bare_prefill``, ``bare_decode``): a wired one
-    (:func:`harness.pd_sides.wired_prefill_side`, :func:`harness.pd_sides.wired_decode_side`)
-    keeps the build's own sender or receiver class.
-    Also: the paged allocator's triton kernel replaced by the build's ``alloc_extend_naive``
-    (the same allocation on a CPU; 0.5.22+ take that path themselves without triton).
+    The paged allocator's triton kernel is answered by the build's ``alloc_extend_naive`` (the same
+    allocation on a CPU; 0.5.22+ take that path themselves without triton), and the decode module's
+    ``time`` is the pair's clock.
     """
-    from sglang.srt.disaggregation import decode, prefill
+    from sglang.srt.disaggregation import decode
     from sglang.srt.mem_cache.allocator import paged
 
     with contextlib.ExitStack() as stack:
-        if bare_prefill:
-            stack.enter_context(swapped(prefill, "get_kv_class", _kv_class(pair)))
-        if bare_decode:
-            stack.enter_context(swapped(decode, "get_kv_class", _kv_class(pair)))
         stack.enter_context(swapped(paged, "alloc_extend_kernel", _cpu_extend_kernel()))
         stack.enter_context(swapped(decode, "time", pair.time()))
         yield

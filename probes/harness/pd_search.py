@@ -1,7 +1,12 @@
 """A seeded schedule search over a :class:`harness.pd_pair.Pair`: hypothesis's stateful testing and shrinking.
 
-Each schedule is a fresh pair and a sequence of steps, each a real queue method
-of the build or an event of the wire: a request arrives (admitted, or rejected
+Each schedule runs on a pair whose two sides are the servers the build's own
+start-up builds (:func:`harness.pd_sides.wired_prefill_side`,
+:func:`harness.pd_sides.wired_decode_side`: ``run_scheduler_process``, the
+scheduler class, ``init_disaggregation``'s queues, the back end's KV managers,
+senders and receivers), started once per process and put back to their start-up
+state before each schedule (:mod:`harness.kept`), and is a sequence of steps, each
+a method of those servers or an event of the wire: a request arrives (admitted, or rejected
 at prefill's intake), decode runs its queue step (``process_decode_queue``),
 prefill bootstraps, runs a request (its result step) or polls its in-flight
 queue, the client aborts a request on decode (``Scheduler.abort_request``), a
@@ -52,11 +57,8 @@ def machine_class(kit: Kit, backend: str, acks_failed_send: bool | None, sink: l
     from harness.pd_machine import PairSchedules
 
     found = sink.append
-    return type(
-        "PairSchedulesOfBuild",
-        (PairSchedules,),
-        {"kit": kit, "backend": backend, "acks_failed_send": acks_failed_send, "report": staticmethod(found)},
-    )
+    namespace = {"kit": kit, "backend": backend, "acks_failed_send": acks_failed_send, "report": staticmethod(found)}
+    return type("PairSchedulesOfBuild", (PairSchedules,), namespace | {"servers": {}})
 
 
 def _warm_up(machine: type) -> None:
@@ -134,6 +136,7 @@ def search(kit: Kit, *, schedules: int, seed: int, backend: str = "mooncake", ch
         "seconds": elapsed,
         "cpu_seconds": cpu,  # this process's CPU time: the per-core rate, whatever else shares the machine
         "acks_failed_send": acks_failed_send,
+        "servers": machine.servers,
         "leak": None if found is None else vars(found),
     }
 
@@ -144,6 +147,8 @@ ASSUMPTIONS = (
     "this build's Mooncake transfer_worker's answer (acks_failed_send)",
     "acks reach decode at its next queue step; each loop pass runs decode, then prefill bootstrap, run, in-flight poll",
     "the one-rank all-reduces answer in-process; the two ranks' pools are built once and reset per schedule",
+    "both servers are started once by the build's own start-up and put back to their start-up state before "
+    "each schedule (harness.kept)",
 )
 
 

@@ -1,6 +1,6 @@
 """The two schedulers of a :class:`harness.pd_pair.Pair` and the queues they own.
 
-Wired (the probes): each side is the server the build's own start-up builds
+Each side (the probes and the schedule search) is the server the build's own start-up builds
 (:func:`harness.server.start`: plugins, start-up patches, the build's scheduler class and mixin
 order, its ``init_disaggregation`` queues, metadata buffers and the back end's real KV manager),
 over that rank's tiny CPU pools. Prefill (:func:`wired_prefill_side`): every request gets the
@@ -10,97 +10,46 @@ gets the build's receiver class; the loopback plays the prefill rank's transfer 
 (:class:`harness.pd_pair.BuildEnd`). Only the transfer edge is faked (:mod:`harness.transport`).
 One server per back end and deferred-release switch setting serves a probe's scenarios, put back
 to its start-up state before each (:mod:`harness.kept`).
-
-Bare (:func:`prefill_side`, :func:`decode_side`, the schedule search, which resets one pair per
-schedule): a real ``Scheduler`` owning a real ``PrefillBootstrapQueue`` (its result step the real
-``process_batch_result_disagg_prefill``, whose real ``send_kv_chunk`` reads the request's
-``req_to_token`` row), and one owning a real ``DecodePreallocQueue`` and ``DecodeTransferQueue``,
-built without their constructors, with the loopback's sender and receiver in the back end's role.
-Every attribute not given here is answered by the build's own constructor code
-(:mod:`harness.strict`) or fails the probe by name.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from difflab.probe.kit import Kit
-from harness.gloo import single_rank_group
 from harness.pd_pair import (
-    BOOTSTRAP_HOST,
     BOOTSTRAP_PORT,
     PAGE,
     POOL_TOKENS,
     REQ_ROWS,
     BuildEnd,
     Pair,
-    _backend,
     metadata_like,
 )
-from harness.requests import fake_output_streamer
-from harness.scheduler import beam_coordinator
 from harness.server import Published
-from harness.strict import real_object
 
 NUM_KV_HEADS = 1
 
-
-def _metrics(kit: Kit, name: str) -> Any:
-    """The metrics reporter without --enable-metrics (its stage recorder the real, disabled one, 0.5.20+)."""
-    return kit.fake(name, enable_metrics=False, report_prefill_stats=kit.recorder(f"{name}.report"), **_stage_metrics())
-
-
-# ---------------------------------------------------------------------------
-# Version adaptations of the prefill door's reads, by feature.
-#   capacity bound: max_total_num_tokens (<= 0.5.22); max_input_len from the module's
-#       max_bootstrap_input_len (0.5.23)
-#   tp_rank / pp_rank: create_sender hands them to senders whose constructor takes
-#       dest_tp_ranks (<= 0.5.21)
-# ---------------------------------------------------------------------------
-@functools.cache
-def _door_reads(capacity: int) -> dict[str, Any]:
-    from sglang.srt.disaggregation import prefill
-    from sglang.srt.disaggregation.base.conn import BaseKVSender
-
-    reads: dict[str, Any] = {}
-    if hasattr(prefill, "max_bootstrap_input_len"):
-        reads["max_input_len"] = prefill.max_bootstrap_input_len(capacity=capacity, page_size=1, shard_size=1)
-    else:
-        reads["max_total_num_tokens"] = capacity
-    if "dest_tp_ranks" in inspect.signature(BaseKVSender.__init__).parameters:
-        reads.update(tp_rank=0, pp_rank=0)
-    return reads
-
-
-def _stage_metrics() -> dict[str, Any]:
-    """The queue's stage-time recorder (0.5.20+): the real one, disabled as without --enable-metrics."""
-    try:
-        from sglang.srt.observability.scheduler_stage_metrics import SchedulerStageMetricsRecorder
-    except ImportError:
-        return {}
-    return {"scheduler_stage_metrics": SchedulerStageMetricsRecorder(enabled=False)}
+Report = Callable[..., None]
+"""Where a wired side says what server it was: ``report(name, **fields)``, like ``Kit.event``."""
 
 
 @dataclass
 class PrefillSide:
     scheduler: Any
     queue: Any  # PrefillBootstrapQueue
-    sent: dict[str, list[int | None]] = field(default_factory=dict)
-    streamed: Callable[[str], list[int | None]] | None = None
-    """What a client received (wired: read off the build's own output sockets); ``sent`` otherwise."""
+    streamed: Callable[[str], list[int | None]]
+    """What a client received, read off the build's own output sockets."""
     published: Published | None = None
-    """The runtime context the side's start-up published (wired), put back while the side runs."""
+    """The runtime context the side's start-up published, put back while the side runs."""
 
     def active(self) -> contextlib.AbstractContextManager[Any]:
         return self.published.active() if self.published is not None else contextlib.nullcontext()
 
     def statuses(self, rid: str) -> list[int | None]:
-        return self.streamed(rid) if self.streamed is not None else list(self.sent.get(rid, []))
+        return self.streamed(rid)
 
 
 @dataclass
@@ -108,178 +57,29 @@ class DecodeSide:
     scheduler: Any
     prealloc: Any  # DecodePreallocQueue
     transfer: Any  # DecodeTransferQueue
-    sent: dict[str, list[int | None]] = field(default_factory=dict)
-    streamed: Callable[[str], list[int | None]] | None = None
-    """What a client received (wired: read off the build's own output sockets); ``sent`` otherwise."""
-    wired: bool = False
+    streamed: Callable[[str], list[int | None]]
+    """What a client received, read off the build's own output sockets."""
     published: Published | None = None
-    """The runtime context the side's start-up published (wired), put back while the side runs."""
+    """The runtime context the side's start-up published, put back while the side runs."""
 
     def active(self) -> contextlib.AbstractContextManager[Any]:
         return self.published.active() if self.published is not None else contextlib.nullcontext()
 
     def admit(self, req: Any) -> None:
-        """The request reaches decode: the scheduler's own dispatch when wired, the prealloc door otherwise."""
-        if self.wired:
-            self.scheduler._add_request_to_queue(req)
-        else:
-            self.prealloc.add(req)
+        """The request reaches decode through the scheduler's own dispatch."""
+        self.scheduler._add_request_to_queue(req)
 
     def statuses(self, rid: str) -> list[int | None]:
-        return self.streamed(rid) if self.streamed is not None else list(self.sent.get(rid, []))
-
-
-def prefill_side(pair: Pair, capacity: int) -> PrefillSide:
-    """The prefill scheduler and its bootstrap queue; ``capacity`` is the door's token bound."""
-    from collections import deque
-
-    from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
-    from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    kit, rank = pair.kit, pair.prefill
-    streamer, sent = fake_output_streamer(kit)
-    group = single_rank_group()
-    scheduler = real_object(
-        kit,
-        Scheduler,
-        "prefill_scheduler",
-        output_streamer=streamer,
-        tree_cache=rank.cache,
-        token_to_kv_pool_allocator=rank.allocator,
-        req_to_token_pool=rank.req_to_token,
-        disagg_metadata_buffers=rank.metadata,
-        req_to_metadata_buffer_idx_allocator=rank.slots,
-        disagg_prefill_inflight_queue=[],
-        disagg_prefill_pending_chunk_rids=set(),
-        waiting_queue=[],
-        chunked_req=None,
-        spec_algorithm=SpeculativeAlgorithm.NONE,
-        attn_cp_cpu_group=group,
-        attn_tp_cpu_group=group,
-        batch_result_processor=kit.fake(
-            "batch_result_processor",
-            snapshot_auxiliary_output_starts=kit.recorder("snapshot", returns=[]),
-            move_logprobs_to_cpu=kit.recorder("move_logprobs_to_cpu"),
-            consume_auxiliary_output=kit.recorder("consume_auxiliary_output"),
-        ),
-        metrics_reporter=_metrics(kit, "prefill metrics_reporter"),
-        return_health_check_ipcs=deque(),
-        enable_staging=False,
-        beam_coordinator=beam_coordinator(kit),  # the real one; a request without a beam group is a no-op
-        ps=kit.fake("prefill parallel state", pp_size=1, pp_rank=0, tp_rank=0, tp_size=1),
-    )
-    queue = real_object(
-        kit,
-        PrefillBootstrapQueue,
-        "prefill_bootstrap_queue",
-        scheduler=scheduler,
-        queue=[],
-        transfer_backend=_backend(pair.backend),
-        kv_manager=kit.fake("prefill kv_manager", kv_args=kit.fake("kv_args", state_types=[])),
-        bootstrap_port=BOOTSTRAP_PORT,
-        req_to_metadata_buffer_idx_allocator=rank.slots,
-        pp_size=1,
-        **_stage_metrics(),
-        **_door_reads(capacity),
-    )
-    object.__setattr__(scheduler, "disagg_prefill_bootstrap_queue", queue)
-    return PrefillSide(scheduler, queue, sent)
-
-
-def decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False) -> DecodeSide:
-    """The decode scheduler, its pre-allocation queue and transfer queue over the decode rank's memory."""
-    from sglang.srt.disaggregation.decode import DecodePreallocQueue, DecodeTransferQueue
-    from sglang.srt.disaggregation.utils import DisaggregationMode
-    from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    kit, rank = pair.kit, pair.decode
-    streamer, sent = fake_output_streamer(kit)
-    scheduler = real_object(
-        kit,
-        Scheduler,
-        "decode_scheduler",
-        output_streamer=streamer,
-        tree_cache=rank.cache,
-        running_batch=kit.fake("running_batch", reqs=[]),
-        enable_hisparse=False,
-        enable_decode_hicache=False,
-        enable_priority_scheduling=False,
-        # what the decode event loop's queue step and abort_request read besides the queues
-        disaggregation_mode=DisaggregationMode.DECODE,
-        waiting_queue=[],
-        chunked_req=None,
-        mm_receiver=None,
-        dllm_config=None,
-        last_batch=None,
-        enable_continuous_input_polling=False,
-        grammar_manager=kit.fake("grammar_manager", abort_requests=kit.recorder("abort_requests")),
-        ps=kit.fake("parallel state", pp_size=1),
-        metrics_reporter=_metrics(kit, "decode metrics_reporter"),
-        kv_checksum_computer=None,
-        # 0.5.20+: the handoff token's reasoning-token accounting (no reasoning parser here)
-        batch_result_processor=kit.fake(
-            "decode batch_result_processor", _maybe_update_reasoning_tokens=kit.recorder("reasoning_tokens")
-        ),
-    )
-    transfer = real_object(
-        kit,
-        DecodeTransferQueue,
-        "decode_transfer_queue",
-        queue=[],
-        gloo_group=single_rank_group(),
-        req_to_metadata_buffer_idx_allocator=rank.slots,
-        tp_rank=0,
-        metadata_buffers=rank.metadata,
-        scheduler=scheduler,
-        tree_cache=rank.cache,
-        spec_algorithm=SpeculativeAlgorithm.NONE,
-        enable_staging=False,
-        staging_handler=None,
-        enable_host_receive=False,
-        forced={"enable_deferred_kv_release": True} if force_deferred else None,
-    )
-    prealloc = real_object(
-        kit,
-        DecodePreallocQueue,
-        "decode_prealloc_queue",
-        scheduler=scheduler,
-        queue=[],
-        pending_reqs=[],
-        retracted_queue=[],
-        req_to_token_pool=rank.req_to_token,
-        token_to_kv_pool_allocator=rank.allocator,
-        token_to_kv_pool=rank.kv,
-        tree_cache=rank.cache,
-        req_to_metadata_buffer_idx_allocator=rank.slots,
-        metadata_buffers=rank.metadata,
-        transfer_queue=transfer,
-        max_total_num_tokens=capacity,
-        num_reserved_decode_tokens=0,
-        transfer_backend=_backend(pair.backend),
-        gloo_group=single_rank_group(),
-        tp_rank=0,
-        pp_size=1,
-        kv_manager=kit.fake(
-            "decode kv_manager",
-            kv_args=kit.fake("decode kv_args", state_types=[]),
-            prefill_info_table={
-                f"{BOOTSTRAP_HOST}:{BOOTSTRAP_PORT}": kit.fake("prefill_info", dp_size=1, follow_bootstrap_room=True)
-            },
-        ),
-    )
-    pair.release_timeout_s = float(transfer.deferred_kv_release_timeout)  # the build's own default
-    object.__setattr__(scheduler, "disagg_decode_prealloc_queue", prealloc)
-    object.__setattr__(scheduler, "disagg_decode_transfer_queue", transfer)
-    return DecodeSide(scheduler, prealloc, transfer, sent)
+        return self.streamed(rid)
 
 
 # ---------------------------------------------------------------------------
 # The decode side as the build's start-up wires it.
 # ---------------------------------------------------------------------------
 @contextlib.contextmanager
-def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False) -> Iterator[DecodeSide]:
+def wired_decode_side(
+    pair: Pair, capacity: int, *, force_deferred: bool = False, report: Report | None = None
+) -> Iterator[DecodeSide]:
     """The decode server the build's ``run_scheduler_process`` builds, over the pair's decode memory.
 
     Launch flags as an operator sets them for this tiny pool: ``--page-size`` the pair's page,
@@ -287,7 +87,9 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
     ``--num-reserved-decode-tokens 0`` (the pool holds 32 tokens). Deferred release, where
     forced, is the build's own switch (reported with its default). Held for the block: the
     transfer edge, the virtual clock in the back-end modules, the receivers watched. One server
-    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`).
+    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`). What the
+    server was (its scheduler, manager and receiver classes) is the ``decode_server`` event, or goes
+    to ``report`` (the schedule search: one record, not one event per schedule).
     """
     from harness.decode_kv import _deferred_switch, _report_switch_forced
 
@@ -321,10 +123,9 @@ def wired_decode_side(pair: Pair, capacity: int, *, force_deferred: bool = False
             prealloc,
             transfer,
             streamed=kept.side.seen["sockets"].streamed,
-            wired=True,
             published=kept.side.published,
         )
-        kit.event(
+        (report or kit.event)(
             "decode_server",
             backend=pair.backend,
             built_by="run_scheduler_process",
@@ -383,7 +184,7 @@ def _kept_server(pair: Pair, rank: Any, mode: str, stack: contextlib.ExitStack, 
 # The prefill side as the build's start-up wires it.
 # ---------------------------------------------------------------------------
 @contextlib.contextmanager
-def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
+def wired_prefill_side(pair: Pair, *, report: Report | None = None) -> Iterator[PrefillSide]:
     """The prefill server the build's ``run_scheduler_process`` builds, over the pair's prefill memory.
 
     Launch flags as an operator sets them for this tiny pool: ``--page-size`` the pair's page,
@@ -394,7 +195,8 @@ def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
     manager are the build's ``init_disaggregation``'s; each request gets the sender class the
     build's ``get_kv_class`` names (:func:`_watched_senders`). Held for the block: the transfer
     edge (:mod:`harness.transport`: engine, bound socket, bootstrap HTTP, threads). One server
-    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`).
+    per back end and switch setting serves a probe's scenarios (:func:`_kept_server`). What the
+    server was is the ``prefill_server`` event, or goes to ``report``.
     """
     from harness.pd_pair import BuildStart
 
@@ -415,7 +217,7 @@ def wired_prefill_side(pair: Pair) -> Iterator[PrefillSide]:
         queue = scheduler.disagg_prefill_bootstrap_queue
         pair.start = BuildStart(pair, queue.kv_manager)
         yield PrefillSide(scheduler, queue, streamed=kept.side.seen["sockets"].streamed, published=kept.side.published)
-        kit.event(
+        (report or kit.event)(
             "prefill_server",
             backend=pair.backend,
             built_by="run_scheduler_process",

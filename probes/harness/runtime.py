@@ -85,16 +85,18 @@ def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[
     """
     original = getattr(owner, name)
     sites = [(owner, name), *_import_sites(original, owner)]
-    loaded = set(sys.modules)
+    mark, loaded = _modules_mark(), set(sys.modules)
     for module, key in sites:
         setattr(module, key, value)
+    _INDEX.placed(value, sites)
     try:
         yield [f"{getattr(m, '__name__', m)}.{k}" for m, k in sites]
     finally:
+        _INDEX.removed(value)
         for module, key in sites:
             setattr(module, key, original)
         # A module imported while the swap was on bound the stand-in: it gets the original back too.
-        for module_name in set(sys.modules) - loaded:
+        for module_name in set(sys.modules) - loaded if _modules_mark() != mark else ():
             module = sys.modules.get(module_name)
             for key, bound in list(vars(module).items()) if module is not None else ():
                 if bound is value:
@@ -118,8 +120,26 @@ class _GlobalsIndex:
     by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     sglang: list[str] = field(default_factory=list)
     """The SGLang module names among :attr:`seen`, in the order they were found."""
+    mark: tuple[int, str] | None = None
+    """``sys.modules`` as last scanned (:func:`_modules_mark`)."""
+    stand_ins: dict[int, tuple[tuple[tuple[str, str], ...], int]] = field(default_factory=dict)
+    """A stand-in swapped in now (by id): the sites it was placed at, and how many SGLang modules were
+    indexed then. A swap nested in another (two sides of a pair each swap the socket factory) looks
+    its original -- the outer stand-in, often a bound method the index never holds -- up here, not by
+    a scan of every global of every module."""
+
+    def placed(self, value: Any, sites: list[tuple[Any, str]]) -> None:
+        named = tuple((m.__name__, k) for m, k in sites if isinstance(m, types.ModuleType))
+        self.stand_ins[id(value)] = (named, len(self.sglang))
+
+    def removed(self, value: Any) -> None:
+        self.stand_ins.pop(id(value), None)
 
     def _scan_new_modules(self) -> None:
+        mark = _modules_mark()
+        if mark == self.mark:
+            return
+        self.mark = mark
         fresh = sys.modules.keys() - self.seen
         self.seen |= fresh
         for module_name in fresh:
@@ -138,21 +158,39 @@ class _GlobalsIndex:
     def sites(self, original: Any, owner: Any) -> list[tuple[Any, str]]:
         """(module, global) pairs of loaded ``sglang`` modules other than ``owner`` bound to ``original``."""
         self._scan_new_modules()
-        if isinstance(original, _FUNCTIONS):
+        stand_in = self.stand_ins.get(id(original))
+        if stand_in is not None:  # where it was placed, and any module imported since that bound it
+            placed, indexed = stand_in
+            candidates = placed + self._bound_in(original, self.sglang[indexed:])
+        elif isinstance(original, _FUNCTIONS):
             candidates = self.by_id.get(id(original), ())
         else:  # not indexed (a class, an object): every SGLang global, looked at now
-            candidates = tuple(
-                (module_name, key)
-                for module_name in self.sglang
-                for key, value in vars(sys.modules.get(module_name) or types).items()
-                if value is original
-            )
+            candidates = self._bound_in(original, self.sglang)
         found = []
-        for module_name, key in candidates:
+        for module_name, key in dict.fromkeys(candidates):
             module = sys.modules.get(module_name)
             if module is not None and module is not owner and vars(module).get(key) is original:
                 found.append((module, key))
         return found
+
+    @staticmethod
+    def _bound_in(original: Any, module_names: list[str]) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (module_name, key)
+            for module_name in module_names
+            for key, value in vars(sys.modules.get(module_name) or types).items()
+            if value is original
+        )
+
+
+def _modules_mark() -> tuple[int, str]:
+    """``sys.modules``'s size and newest name: both unchanged means no module was imported since.
+
+    An import appends its name (a dict keeps insertion order), so it changes the newest name; a
+    name removed and then imported again was seen already. Comparing the mark costs nothing, a
+    set difference over the thousands of names torch & co. load costs ~1 ms, once per swap.
+    """
+    return len(sys.modules), next(reversed(sys.modules), "")
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)

@@ -55,6 +55,9 @@ def document(asked: SearchAsked, events: list[dict[str, Any]], leaks: list[dict[
         "schedules_per_second_per_core": _rate(runs, cpu_seconds),
         "schedules_per_wall_second": _rate(runs, seconds),
         "acks_failed_send": events[0].get("acks_failed_send"),
+        # how the build's own start-up built each side the schedules ran on (scheduler, KV manager,
+        # sender and receiver classes)
+        "servers": events[0].get("servers", {}),
         "assumptions": events[0].get("assumptions", []),
         "leaks": leaks,
     }
