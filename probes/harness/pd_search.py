@@ -53,7 +53,7 @@ def _failed_send_acks(kit: Kit, backend: str) -> bool | None:
 
 
 def machine_class(kit: Kit, backend: str, acks_failed_send: bool | None, sink: list[Any]) -> type:
-    """The hypothesis state machine over fresh pairs of this build (:class:`harness.pd_machine.PairSchedules`)."""
+    """The state machine over pairs on this build's two kept servers (:class:`harness.pd_machine.PairSchedules`)."""
     from harness.pd_machine import PairSchedules
 
     found = sink.append
