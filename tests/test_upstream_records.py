@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from junitparser import JUnitXml
@@ -100,7 +101,36 @@ class TestTwo(unittest.TestCase):
         self.assertFalse(is_unadmitted(SimpleNamespace(rejected=True, slot=2)))
 """
 )
-INHERITS, J, K = (f"{fakes.FOLDER}/test_fake_{n}.py" for n in ("inherited", "inherited_later", "two"))
+MARKS = (
+    fakes.HEADER
+    + """import unittest
+from types import SimpleNamespace
+
+from sglang.srt.doors import admit
+
+
+def _queue():
+    return SimpleNamespace(items=[], scheduler=SimpleNamespace(retire=lambda req: None), create_sender=lambda r: True)
+
+
+class TestMarks(unittest.TestCase):
+    @unittest.expectedFailure
+    def test_a_rejected_request_is_known_to_be_enqueued(self):
+        queue = _queue()
+        admit(queue, SimpleNamespace(rejected=True, slot=-1))
+        self.assertEqual(queue.items, [])
+
+    def test_two_requests_are_enqueued(self):
+        queue = _queue()
+        admit(queue, SimpleNamespace(rejected=False, slot=0))
+        self.assertEqual(len(queue.items), 2)
+
+    @unittest.skip("needs a GPU")
+    def test_on_a_gpu(self):
+        pass
+"""
+)
+INHERITS, J, K, M = (f"{fakes.FOLDER}/test_fake_{n}.py" for n in ("inherited", "inherited_later", "two", "marks"))
 
 
 @contextmanager
@@ -138,7 +168,13 @@ def run_here(jobs: list[Job], tmp: Path, died: str | None = None) -> list[Job]:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("records")
     unittest_files = {rel: text for rel, text in fakes.TEST_FILES.items() if rel != fakes.Y}
-    extra = {INHERITS: INHERITED, J: INHERITED_LATER, K: TWO, f"{fakes.FOLDER}/fake_door_cases.py": SHARED_CASES}
+    extra = {
+        INHERITS: INHERITED,
+        J: INHERITED_LATER,
+        K: TWO,
+        M: MARKS,
+        f"{fakes.FOLDER}/fake_door_cases.py": SHARED_CASES,
+    }
     return {
         "root": root,
         "base": fakes.fake_source(root / "base", "base", fixed=False).root,
@@ -173,6 +209,12 @@ def replayed(
     located, jobs = jobs_for([p])
     (found,) = read([p], located, run_here(jobs, lab["root"], died))
     return found
+
+
+@pytest.fixture(scope="module")
+def lab_python(tmp_path_factory: pytest.TempPathFactory) -> fakes.LabPython:
+    """The shared environment's stand-in for the real child processes, its staged pytest kept between them."""
+    return fakes.LabPython(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture
@@ -219,6 +261,77 @@ def test_the_child_s_records_read_into_each_test_s_outcomes_and_change(pair: Fix
     assert (predicate.outcome, predicate.phase, predicate.why) == ("failed", "import", LACKS)
 
 
+def _more(lab: dict[str, Path]) -> FixReplay:
+    files = tuple(UpstreamTestFile(f, ()) for f in (INHERITS, J, K, M))
+    fix = Fix("2", 2, "t", SidePin(release="base"), SidePin(release="head"), (), upstream_tests=files)
+    return replayed(lab, {"base": "base", "head": "head"}, ("base", "head"), fix, [Tree(lab["more"], "more")])
+
+
+def test_a_regression_an_unexpected_success_and_a_skip_are_reported_as_such(
+    lab: dict[str, Path], tmp_path: Path
+) -> None:
+    r = _more(lab)
+    known, both, gpu = (
+        f"{M}::TestMarks::{n}"
+        for n in ("test_a_rejected_request_is_known_to_be_enqueued", "test_two_requests_are_enqueued", "test_on_a_gpu")
+    )
+    seen = {row.id: (row.outcome("base"), row.outcome("head"), row.change) for row in r.rows if row.id.startswith(M)}
+    assert seen == {
+        known: ("passed", "failed", "regressed"),
+        gpu: ("skipped", "skipped", "skipped"),
+        both: ("failed", "failed", "still-failing"),
+    }
+    write_files(tmp_path, [r], None)
+    marks = [c for c in cases(tmp_path / "upstream-tests" / "2" / "head.xml") if c[0] == "test.unit.test_fake_marks"]
+    lists = "AssertionError: 1 != 2"
+    assert marks == [
+        (
+            marks[0][0],
+            "TestMarks::test_a_rejected_request_is_known_to_be_enqueued",
+            "failure",
+            "unexpected success of an expectedFailure test",
+            "",
+        ),
+        (marks[0][0], "TestMarks::test_on_a_gpu", "skipped", "needs a GPU", ""),
+        (marks[0][0], "TestMarks::test_two_requests_are_enqueued", "failure", lists, "AssertionError"),
+    ]
+    md = section([r])
+    assert "| `TestMarks::test_a_rejected_request_is_known_to_be_enqueued` | | passed | failed | regressed |" in md
+    assert not [line for line in md if line.startswith("- base, passed")], "an expected failure passed: no why"
+    summary = [c for c in cases(tmp_path / "upstream-tests.xml") if c[1].startswith("TestMarks::")]
+    assert summary == [
+        (
+            "upstream.2",
+            "TestMarks::test_a_rejected_request_is_known_to_be_enqueued",
+            "failure",
+            "regressed: base: passed; head: failed",
+            "regressed",
+        ),
+        ("upstream.2", "TestMarks::test_on_a_gpu", "skipped", "skipped: base: skipped; head: skipped", ""),
+        (
+            "upstream.2",
+            "TestMarks::test_two_requests_are_enqueued",
+            "failure",
+            "still-failing: base: failed; head: failed",
+            "still-failing",
+        ),
+    ]
+
+
+def test_a_file_that_does_not_import_on_a_later_side_fails_each_test_an_earlier_side_names(
+    lab: dict[str, Path],
+) -> None:
+    fix = Fix(
+        "2", 2, "t", SidePin(release="a"), SidePin(release="b"), (), upstream_tests=(UpstreamTestFile(INHERITS, ()),)
+    )
+    r = replayed(lab, {"0.5.21": "head", "0.5.20": "base"}, None, fix, [Tree(lab["more"], "more")])
+    inherited = f"{INHERITS}::TestInherited::test_inherited_rejected"
+    assert [(row.id, row.outcome("0.5.21"), row.outcome("0.5.20")) for row in r.rows] == [
+        (inherited, "passed", "failed")
+    ]
+    assert list(r.sides["0.5.20"].tests) == [inherited]
+
+
 def test_a_file_that_does_not_import_on_one_side_fails_each_test_the_other_side_names(lab: dict[str, Path]) -> None:
     files = tuple(UpstreamTestFile(f, ()) for f in (INHERITS, J, K))
     fix = Fix("2", 2, "t", SidePin(release="base"), SidePin(release="head"), (), upstream_tests=files)
@@ -261,6 +374,8 @@ def test_the_agreement_beside_the_run_s_verdict(pair: FixReplay) -> None:
 
 
 def test_a_side_whose_test_process_died_is_an_error_and_no_test_changes(lab: dict[str, Path], tmp_path: Path) -> None:
+    on_head = replayed(lab, {"base": "base", "head": "head"}, ("base", "head"), died="base")
+    assert {row.change for row in on_head.rows} == {"only-head"} and on_head.sides["base"].status == "error"
     r = replayed(lab, {"base": "base", "head": "head"}, ("base", "head"), died="head")
     head = r.sides["head"]
     assert (head.status, head.error, head.tests) == ("error", "test process died (exit 3)\nSegmentation fault", {})
@@ -297,6 +412,16 @@ def test_no_test_file_found_is_said_and_written(lab: dict[str, Path], tmp_path: 
         "",
         "",
     ]
+    assert section([r, _more(lab)])[8:10] == ["### #2", ""], "the next fix follows"
+
+
+def test_a_pair_with_neither_side_available_ran_no_test(lab: dict[str, Path], tmp_path: Path) -> None:
+    fix = Fix("1", 1, "t", SidePin(release="a"), SidePin(release="b"), (), upstream_tests=(UpstreamTestFile(D, ()),))
+    unavailable = {"base": "no such commit", "head": "no such commit"}
+    r = replayed(lab, unavailable, ("base", "head"), fix)
+    assert (r.rows, r.note, [s.status for s in r.sides.values()]) == ([], None, ["unavailable"] * 2)
+    write_files(tmp_path, [r], None)
+    assert cases(tmp_path / "upstream-tests.xml") == [("upstream.1", "(no tests)", "skipped", "no test ran", "")]
 
 
 # -- the files a replay leaves in a results folder --------------------------------------------------------
@@ -322,8 +447,44 @@ def test_upstream_tests_json_holds_every_side_and_test(pair: FixReplay, lab: dic
         "fixed": [RETIRED, PREDICATE],
         "still-passing": [VALID],
     }
+    assert set(fix) == {
+        "fix",
+        "label",
+        "files",
+        "not_found",
+        "own",
+        "note",
+        "sides",
+        "tests",
+        "pair",
+        "summary",
+        "agreement",
+    }
+    doors = pair.files[0]
+    assert fix["files"][0] == {"file": D, "from": "the tests folder", "path": str(doors.path), "sha256": doors.sha256}
+    assert fix["not_found"] == [fakes.Y] and list(fix["sides"]) == ["base", "head"]
     row = next(t for t in fix["tests"] if t["id"] == RETIRED)
-    assert (row["own"], row["change"]) == (True, "fixed")
+    assert set(row) == {"id", "own", "outcomes", "change"} and (row["own"], row["change"]) == (True, "fixed")
+    valid = pair.sides["base"].tests[VALID]
+    assert fix["sides"]["base"]["tests"][VALID] == {
+        "outcome": "passed",
+        "message": None,
+        "error_type": None,
+        "why": None,
+        "phase": "call",
+        "duration_s": round(valid.duration_s, 6),
+        "subtests": [],
+        "traceback": None,
+    }
+    side = fix["sides"]["head"]
+    assert set(side) == {"side", "source", "status", "error", "runner", "tests"}
+    assert (side["side"], side["source"], side["status"], side["error"]) == (
+        "head",
+        {"kind": "fake", "label": "head"},
+        "ok",
+        None,
+    )
+    assert side["runner"]["retry_unwrapped"] == ["sglang.test.test_utils.CustomTestCase"] and len(side["tests"]) == 6
     assert [(s["name"], s["outcome"]) for s in row["outcomes"]["base"]["subtests"]] == [
         ("(door='prefill')", "failed"),
         ("(door='decode')", "failed"),
@@ -370,6 +531,10 @@ def test_each_side_s_junit_file_has_a_case_per_test_and_stale_is_a_skip(
     broken = next(c for c in suite if c.name == "TestDoors::test_broken_helper")
     assert broken.system_err.rstrip().endswith("ValueError: the test itself is broken"), "the traceback kept"
     assert broken.time == round(pair.sides["base"].tests[BROKEN].duration_s, 3)
+    stale = next(c for c in suite if c.name == "TestDoors::test_needs_no_sender")
+    assert stale.system_err.rstrip().endswith(NO_SENDER), "a stale test keeps its traceback and its time too"
+    timed = {c.get("name"): c.get("time") for c in ElementTree.parse(folder / "base.xml").iter("testcase")}
+    assert timed["TestDoors::test_needs_no_sender"] == str(round(pair.sides["base"].tests[SENDER].duration_s, 3))
     passed = next(c for c in suite if c.name == "TestDoors::test_valid_is_admitted")
     assert passed.system_err is None
 
@@ -442,21 +607,30 @@ def test_releases_each_report_their_own_outcomes_and_an_unavailable_one_its_reas
 ) -> None:
     r = replayed(lab, {"0.5.20": "base", "0.5.21": "head", "0.5.19": "no wheel for 0.5.19"})
     assert r.pair is None and {row.change for row in r.rows} == {None}
-    assert r.sides["0.5.19"].status == "unavailable" and r.sides["0.5.19"].tests == {}
+    assert {tuple(row.to_dict()) for row in r.rows} == {("id", "own", "outcomes")}, "no change without a pair"
+    assert r.sides["0.5.19"].to_dict() == {
+        "side": "0.5.19",
+        "source": {},
+        "status": "unavailable",
+        "error": "no wheel for 0.5.19",
+        "runner": {},
+        "tests": {},
+    }
     assert r.summary()["0.5.20: failed"] == [RETIRED, PREDICATE] and r.summary()["0.5.21: passed"] == [
         SENDER,
         RETIRED,
         VALID,
         PREDICATE,
     ]
-    verdicts = {("1", "0.5.20"): "absent", ("1", "0.5.21"): "present", ("1", "0.5.19"): "unavailable"}
-    said = agree_on_side([r], verdicts)
+    said = agree_on_side([r], {("1", "0.5.20"): "absent", ("1", "0.5.21"): "present"})
     assert {k: a.agrees for k, a in said.items()} == {
         ("1", "0.5.20"): True,
         ("1", "0.5.21"): True,
         ("1", "0.5.19"): None,
     }
     assert r.agreement is None, "three sources: no one agreement for the fix"
+    unavailable = "probe: error; SGLang's tests: none ran (the fix's own: none ran) — no say on behaviour"
+    assert said[("1", "0.5.19")].text == unavailable, "a side where nothing ran counts nothing"
     write_files(tmp_path, [r], None)
     summary = cases(tmp_path / "upstream-tests.xml")
     assert summary[:3] == [
@@ -532,22 +706,47 @@ def test_one_process_per_source_with_every_file_it_needs(lab: dict[str, Path], t
     assert (jobs[1].status, jobs[1].tests, jobs[1].runner) == ("ok", [], {})
 
 
-def test_a_test_process_that_dies_is_an_error_with_its_output(tmp_path: Path) -> None:
-    src = fakes.fake_source(tmp_path / "src", "s", fixed=True)
-    exits = fakes.HEADER + "import os\n\nprint('about to leave', flush=True)\nos._exit(3)\n"
-    tests = fakes.write(tmp_path / "tests", {f"{fakes.FOLDER}/test_exits.py": exits})
-    file = locate(f"{fakes.FOLDER}/test_exits.py", [Tree(tests, "t")])
-    assert file is not None
-    said: list[str] = []
-    (job,) = run_jobs([Job(src, [file])], fakes.LabPython(tmp_path / "cache"), said.append)  # type: ignore[arg-type]
-    assert job.status == "error" and job.tests == []
-    assert (
-        job.error is not None and job.error.startswith("test process died (exit 3)\n") and "about to leave" in job.error
+def test_a_test_process_that_dies_is_an_error_with_its_output(tmp_path: Path, lab_python: fakes.LabPython) -> None:
+    """The one real child here: a fork's replay whose test file ends the process at import."""
+    fork = fakes.fake_source(tmp_path / "src", "fork", fixed=True)
+    exits = f"{fakes.FOLDER}/test_exits.py"
+    tests = fakes.write(
+        tmp_path / "tests", {exits: fakes.HEADER + "import os\n\nprint('leaving', flush=True)\nos._exit(3)\n"}
     )
-    assert "about to leave" in job.log and job.duration_s > 0
-    assert len(said) == 1 and re.fullmatch(r"upstream tests on s: 0 test\(s\) in \d+\.\d s", said[0]), said
+    fix = Fix(
+        "1", 1, "t", SidePin(release="a"), SidePin(release="b"), (), upstream_tests=(UpstreamTestFile(exits, ()),)
+    )
+    said: list[str] = []
+    (r,) = for_sources([fix], {"fork": fork}, {"1": Reference()}, lab_python, tests, said.append)  # type: ignore[arg-type]
+    side = r.sides["fork"]
+    assert (side.status, side.tests, r.rows) == ("error", {}, [])
+    assert side.error is not None and side.error.startswith("test process died (exit 3)\n") and "leaving" in side.error
+    assert "leaving" in side.log
+    assert len(said) == 1 and re.fullmatch(r"upstream tests on fork: 0 test\(s\) in \d+\.\d s", said[0]), said
     assert run_jobs([], fakes.LabPython(tmp_path / "unused")) == []  # type: ignore[arg-type]
     assert not (tmp_path / "unused").exists(), "nothing staged when nothing runs"
+
+
+def test_a_run_replays_its_base_and_head_each_in_its_own_test_process(
+    lab: dict[str, Path], lab_python: fakes.LabPython
+) -> None:
+    fix = Fix("1", 1, "t", SidePin(release="a"), SidePin(release="b"), (), upstream_tests=(UpstreamTestFile(P, ()),))
+    known = sources(lab)
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        (r,) = for_run(
+            [fix],
+            {("1", "base"): known["base"], ("1", "head"): known["head"]},
+            lab_python,  # type: ignore[arg-type]
+            lab["tests"],
+            said.append,
+        )
+    assert [(row.id, row.outcome("base"), row.outcome("head"), row.change) for row in r.rows] == [
+        (PREDICATE, "failed", "passed", "fixed")
+    ]
+    assert r.sides["base"].tests[PREDICATE].why == LACKS and r.files[0].origin == f"--upstream-tests {lab['tests']}"
+    assert sorted(s.split(":")[0] for s in said) == ["upstream tests on base", "upstream tests on head"]
 
 
 # -- which sides and test trees each workflow replays ---------------------------------------------------------
@@ -564,7 +763,7 @@ def test_a_run_replays_base_and_head_from_their_own_trees_then_the_folder(tmp_pa
     base, head = _checkout(tmp_path / "b", "abc123", False), _checkout(tmp_path / "h", "def456", True)
     fix, untested = fakes.fake_fix(OWN), Fix("2", 2, "t", SidePin(release="base"), SidePin(release="head"), ())
     sources = {("1", "base"): base, ("1", "head"): head, ("2", "base"): base}
-    (p,) = run_plans([fix, untested], sources, tmp_path / "folder")
+    (p,) = run_plans([untested, fix], sources, tmp_path / "folder")
     assert p.fix is fix and p.sides == {"base": base, "head": head} and p.pair == ("base", "head")
     assert [(t.root, t.origin) for t in p.trees] == [
         (tmp_path / "h", "head def456's own test/ tree"),
@@ -584,8 +783,8 @@ def test_releases_and_a_fork_replay_every_side_from_their_own_trees_then_the_fol
     fork = _checkout(tmp_path / "f", "fork@main", True)
     ref = Reference(SymbolIndex(wheel.root), SymbolIndex(fork.root))
     fix, untested = fakes.fake_fix(OWN), Fix("2", 2, "t", SidePin(release="a"), SidePin(release="b"), ())
-    (p,) = source_plans([fix, untested], {"0.5.20": wheel, "fork": fork}, {"1": ref}, tmp_path / "folder")
-    assert p.sides == {"0.5.20": wheel, "fork": fork} and p.pair is None and p.reference is ref
+    (p,) = source_plans([untested, fix], {"0.5.20": wheel, "fork": fork}, {"1": ref}, tmp_path / "folder")
+    assert p.fix is fix and p.sides == {"0.5.20": wheel, "fork": fork} and p.pair is None and p.reference is ref
     assert [t.origin for t in p.trees] == ["fork fork@main's own test/ tree", f"--upstream-tests {tmp_path / 'folder'}"]
     assert [t.root for t in source_plans([fix], {"0.5.20": wheel}, {"1": ref}, None)[0].trees] == []
     env = fakes.LabPython(tmp_path / "c")
