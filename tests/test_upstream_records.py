@@ -707,12 +707,11 @@ def test_one_process_per_source_with_every_file_it_needs(lab: dict[str, Path], t
 
 
 def test_a_test_process_that_dies_is_an_error_with_its_output(tmp_path: Path, lab_python: fakes.LabPython) -> None:
-    """The one real child here: a fork's replay whose test file ends the process at import."""
+    """A real child: a fork's replay whose test file ends the process at import."""
     fork = fakes.fake_source(tmp_path / "src", "fork", fixed=True)
     exits = f"{fakes.FOLDER}/test_exits.py"
-    tests = fakes.write(
-        tmp_path / "tests", {exits: fakes.HEADER + "import os\n\nprint('leaving', flush=True)\nos._exit(3)\n"}
-    )
+    leaves = "import os\n\nprint('leaving', os.getcwd(), os.environ['HOME'], flush=True)\nos._exit(3)\n"
+    tests = fakes.write(tmp_path / "tests", {exits: fakes.HEADER + leaves})
     fix = Fix(
         "1", 1, "t", SidePin(release="a"), SidePin(release="b"), (), upstream_tests=(UpstreamTestFile(exits, ()),)
     )
@@ -721,7 +720,11 @@ def test_a_test_process_that_dies_is_an_error_with_its_output(tmp_path: Path, la
     side = r.sides["fork"]
     assert (side.status, side.tests, r.rows) == ("error", {}, [])
     assert side.error is not None and side.error.startswith("test process died (exit 3)\n") and "leaving" in side.error
-    assert "leaving" in side.log
+    folder = re.fullmatch(r"leaving (\S*/difflab-upstream-\w+) (\S+)\n", side.log)
+    assert folder is not None, f"run from an empty folder of its own, with a home in it: {side.log!r}"
+    assert folder[2] == f"{folder[1]}/home"
+    assert (lab_python.cache / "childlib-pytest").is_dir(), "the lab's pytest staged in the environment's cache"
+    assert float(said[0].split(" in ")[1].removesuffix(" s")) < 300
     assert len(said) == 1 and re.fullmatch(r"upstream tests on fork: 0 test\(s\) in \d+\.\d s", said[0]), said
     assert run_jobs([], fakes.LabPython(tmp_path / "unused")) == []  # type: ignore[arg-type]
     assert not (tmp_path / "unused").exists(), "nothing staged when nothing runs"

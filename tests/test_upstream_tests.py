@@ -7,6 +7,7 @@ path on the real releases in ``test_upstream_replay.py``.
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 import unittest
@@ -21,6 +22,7 @@ from difflab.cli import main as cli
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.probe import upstream_facts as facts
+from difflab.runner import box
 from difflab.upstream_tests.agreement import pair_agreement, single_agreement
 from difflab.upstream_tests.files import ENV, Tree, locate
 from difflab.upstream_tests.files import tests_dir as resolve_tests_dir
@@ -39,7 +41,11 @@ def test_the_child_drops_an_empty_cuda_visible_devices_and_autoloaded_pytest_plu
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
         env = child_env(src, tmp_path / "cache", tmp_path / "home")
     assert "CUDA_VISIBLE_DEVICES" not in env and env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
-    assert env["PYTHONPATH"].split(":")[1] == str(src.root)  # behind the lab's own package
+    child, source = env["PYTHONPATH"].split(os.pathsep)
+    assert source == str(src.root), "behind the lab's own package"
+    assert Path(child).parent == tmp_path / "cache" / "childlib" and (Path(child) / "difflab" / "probe").is_dir()
+    assert (env["HOME"], env["PYTHONPYCACHEPREFIX"]) == (str(tmp_path / "home"), str(tmp_path / "cache" / "pycache"))
+    assert env[box.SOURCE_ENV] == str(src.root)
 
 
 # -- facts, read inside the child ------------------------------------------------------------------
