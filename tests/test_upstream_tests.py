@@ -1,125 +1,38 @@
-"""SGLang's own tests as a second witness: facts, outcomes, changes, agreement, files, matrix, reports (fast).
+"""SGLang's own tests as a second witness: facts, outcomes, changes, agreement, files, matrix (fast).
 
-The whole replay path runs here on a stand-in ``sglang`` (``upstream_fakes``): a base
-without the fix, a head with it, and test files in SGLang's style -- ``CustomTestCase``
-with its retry wrapper, ``CUDA_VISIBLE_DEVICES`` read at import, ``subTest``, a pytest
-file with a fixture and parametrised tests, a module-level import of a name only the head
-has. The same path on the real releases is in ``test_upstream_replay.py``.
+The replay through a real test child on a stand-in ``sglang`` is in ``test_upstream_child.py``,
+its reading and reports from the child's own records in ``test_upstream_records.py``, the same
+path on the real releases in ``test_upstream_replay.py``.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 import types
 import unittest
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from unittest import mock
 
 import pytest
-from junitparser import JUnitXml
 
 import upstream_fakes as fakes
 from difflab.cli import main as cli
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
 from difflab.probe import upstream_facts as facts
-from difflab.report.upstream_tests import section, write_files
+from difflab.runner import box
 from difflab.upstream_tests.agreement import pair_agreement, single_agreement
 from difflab.upstream_tests.files import ENV, Tree, locate
 from difflab.upstream_tests.files import tests_dir as resolve_tests_dir
 from difflab.upstream_tests.outcomes import Outcome, Reference, change, read_part, read_test
 from difflab.upstream_tests.process import child_env
-from difflab.upstream_tests.replay import Plan, Row, replay
+from difflab.upstream_tests.replay import Row
 from difflab.upstream_tests.staging import closure, stage_pytest
-from difflab.upstream_tests.symbols import SymbolIndex
+from difflab.upstream_tests.symbols import SymbolIndex, symbol_name
 from difflab.upstream_tests.witness import with_flag
 from matrix_samples import RELEASES
-
-
-@dataclass
-class LabPython:
-    """The lab's own interpreter standing in for the shared environment (the stand-in sglang needs nothing)."""
-
-    cache: Path
-    python: Path = Path(sys.executable)
-
-    def ensure(self, progress: object = None) -> LabPython:
-        return self
-
-
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
-    root = tmp_path_factory.mktemp("fake-replay")
-    base = fakes.fake_source(root / "base", "base", fixed=False)
-    head = fakes.fake_source(root / "head", "head", fixed=True)
-    tests = fakes.write(root / "tests", fakes.TEST_FILES)
-    own = {fakes.D: ["TestDoors::test_rejected_is_retired"], fakes.Y: ["test_rejected_is_not_enqueued"]}
-    plan = Plan(
-        fakes.fake_fix(own),
-        {"base": base, "head": head},
-        [Tree(tests, "the tests folder")],
-        Reference(SymbolIndex(base.root), SymbolIndex(head.root)),
-        pair=("base", "head"),
-    )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CUDA_VISIBLE_DEVICES", "")  # the child must not pass an empty value on
-        found = replay([plan], LabPython(root / "cache"))  # type: ignore[arg-type]
-    return root, found
-
-
-def test_replay_reads_every_test_of_every_style_on_both_sides(replayed: tuple[Path, list]) -> None:
-    _, (r,) = replayed
-    assert {row.id: (row.outcome("base"), row.outcome("head"), row.change) for row in r.rows} == fakes.EXPECTED
-    runner = r.sides["base"].runner
-    assert runner["retry_unwrapped"] == ["sglang.test.test_utils.CustomTestCase"]
-    assert runner["pytest"], "the pytest-style file ran under pytest"
-
-
-def test_a_custom_test_case_failure_is_its_assertion_and_each_failing_subtest_is_kept(
-    replayed: tuple[Path, list],
-) -> None:
-    _, (r,) = replayed
-    doors = r.sides["base"].tests[f"{fakes.D}::TestDoors::test_rejected_is_retired"]
-    assert doors.outcome == "failed" and doors.error_type == "AssertionError", "not retry()'s bare Exception"
-    assert [(s.name, s.outcome) for s in doors.subtests] == [
-        ("(door='prefill')", "failed"),
-        ("(door='decode')", "failed"),
-    ]
-    assert r.sides["head"].tests[f"{fakes.D}::TestDoors::test_rejected_is_retired"].subtests[0].outcome == "passed"
-
-
-def test_a_name_only_the_head_has_fails_the_base_and_a_name_nobody_has_is_stale(replayed: tuple[Path, list]) -> None:
-    _, (r,) = replayed
-    lacking = r.sides["base"].tests[f"{fakes.P}::TestPredicate::test_rejected_holding_nothing"]
-    assert lacking.outcome == "failed" and lacking.phase == "import"
-    assert "lacks sglang.srt.doors.is_unadmitted, which the fix adds" in (lacking.why or "")
-    later = r.sides["head"].tests[f"{fakes.L}::TestLater::test_uses_a_later_refactor"]
-    assert later.outcome == "stale" and "a_later_refactor" in (later.why or "")
-    fake = r.sides["base"].tests[f"{fakes.D}::TestDoors::test_needs_no_sender"]
-    assert fake.outcome == "stale" and "SimpleNamespace" in (fake.why or "")
-
-
-def test_agreement_is_said_and_the_files_are_written(replayed: tuple[Path, list]) -> None:
-    root, (r,) = replayed
-    r.agreement = pair_agreement("confirmed", r.rows)
-    assert r.agreement.agrees is True and r.agreement.text.startswith("probe: confirmed; SGLang's tests: 3 fixed")
-    assert "(the fix's own: 2 fixed)" in r.agreement.text
-    out = root / "run"
-    write_files(out, [r], root / "tests")
-    doc = json.loads((out / "upstream-tests.json").read_text())
-    (fix,) = doc["fixes"]
-    assert [f["from"] for f in fix["files"]] == ["the tests folder"] * 4 and len(fix["files"][0]["sha256"]) == 64
-    row = next(t for t in fix["tests"] if t["id"] == f"{fakes.D}::TestDoors::test_rejected_is_retired")
-    assert row["own"] is True and row["change"] == "fixed" and row["outcomes"]["base"]["outcome"] == "failed"
-    base = next(iter(JUnitXml.fromfile(str(out / "upstream-tests" / "1" / "base.xml"))))
-    assert (base.tests, base.failures, base.errors, base.skipped) == (9, 3, 1, 2), "stale is a skip, not red"
-    summary = next(iter(JUnitXml.fromfile(str(out / "upstream-tests.xml"))))
-    assert (summary.tests, summary.failures, summary.errors) == (9, 0, 1)
-    md = "\n".join(section([r]))
-    assert "probe: confirmed; SGLang's tests: 3 fixed" in md and "| `TestDoors::test_rejected_is_retired` | ✓ |" in md
-    assert (out / "upstream-tests" / "1" / "base.log").is_file()
 
 
 def test_the_child_drops_an_empty_cuda_visible_devices_and_autoloaded_pytest_plugins(tmp_path: Path) -> None:
@@ -128,7 +41,11 @@ def test_the_child_drops_an_empty_cuda_visible_devices_and_autoloaded_pytest_plu
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
         env = child_env(src, tmp_path / "cache", tmp_path / "home")
     assert "CUDA_VISIBLE_DEVICES" not in env and env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
-    assert env["PYTHONPATH"].split(":")[1] == str(src.root)  # behind the lab's own package
+    child, source = env["PYTHONPATH"].split(os.pathsep)
+    assert source == str(src.root), "behind the lab's own package"
+    assert Path(child).parent == tmp_path / "cache" / "childlib" and (Path(child) / "difflab" / "probe").is_dir()
+    assert (env["HOME"], env["PYTHONPYCACHEPREFIX"]) == (str(tmp_path / "home"), str(tmp_path / "cache" / "pycache"))
+    assert env[box.SOURCE_ENV] == str(src.root)
 
 
 # -- facts, read inside the child ------------------------------------------------------------------
@@ -247,6 +164,43 @@ def test_a_test_fails_when_any_part_or_subtest_does() -> None:
     assert read_test({"parts": [], "subtests": []}, Reference()).outcome == "error"
 
 
+def test_a_sub_test_is_read_like_a_part_and_a_test_keeps_its_duration(tmp_path: Path) -> None:
+    (tmp_path / "head" / "sglang").mkdir(parents=True)
+    (tmp_path / "head" / "sglang" / "doors.py").write_text("def is_unadmitted(req): pass\n")
+    (tmp_path / "base" / "sglang").mkdir(parents=True)
+    (tmp_path / "base" / "sglang" / "doors.py").write_text("")
+    ref = Reference(SymbolIndex(tmp_path / "base"), SymbolIndex(tmp_path / "head"))
+    lacking = {
+        "outcome": "error",
+        "error_type": "ImportError",
+        "missing": {"module": "sglang.doors", "name": "is_unadmitted"},
+    }
+    raw = {
+        "parts": [{"outcome": "passed", "phase": "call"}],
+        "subtests": [{"name": "(door='a')", "outcome": "failed"}, {"name": "(door='b')", **lacking, "message": "no"}],
+        "duration_s": 0.25,
+    }
+    o = read_test(raw, ref)
+    assert (o.outcome, o.message, o.phase, o.why, o.duration_s) == ("failed", "(door='a')", "call", None, 0.25)
+    assert [(s.phase, s.outcome, s.why) for s in o.subtests] == [
+        ("call", "failed", None),
+        ("call", "failed", "lacks sglang.doors.is_unadmitted, which the fix adds (its head has it, its base does not)"),
+    ]
+    assert o.to_dict()["subtests"] == [asdict(s) for s in o.subtests] and o.to_dict()["duration_s"] == 0.25
+    assert Outcome("passed", duration_s=0.12345678).to_dict()["duration_s"] == 0.123457
+    assert read_test({"parts": [{"outcome": "passed", "phase": "call"}]}, ref).duration_s == 0.0
+    assert read_test({"subtests": [{"name": "(x=1)", "outcome": "passed"}]}, ref).outcome == "passed"
+    assert read_test({"duration_s": 0.5}, ref) == Outcome("error", "the test left no result", duration_s=0.5)
+    assert read_test({}, ref) == Outcome("error", "the test left no result", duration_s=0.0)
+
+
+def test_an_attribute_error_in_the_set_up_outside_sglang_is_drift() -> None:
+    for etype in ("AttributeError", "TypeError"):
+        raw = {"outcome": "error", "phase": "setup", "error_type": etype, "raised_in": "test"}
+        assert read_part(raw, Reference()) == ("stale", "the test's set-up does not fit this code")
+    assert read_part({**raw, "error_type": "KeyError"}, Reference()) == ("error", None)
+
+
 @pytest.mark.parametrize(
     ("base", "head", "expected"),
     [
@@ -290,6 +244,36 @@ def test_pair_agreement_flags_a_regression_and_the_fixs_own_tests() -> None:
     assert pair_agreement("error", _rows(("a", True, "fixed"))).agrees is None
 
 
+def test_without_own_tests_every_test_judges_the_pair() -> None:
+    confirmed = pair_agreement("confirmed", _rows(("a", False, "fixed"), ("b", False, "stale")))
+    assert confirmed.agrees is True
+    assert confirmed.text == "probe: confirmed; SGLang's tests: 1 fixed, 1 stale — they agree", "no own: not said"
+    assert confirmed.to_dict() == {"probe": "confirmed", "text": confirmed.text, "agrees": True, "disagreements": []}
+    not_fixed = pair_agreement("not-fixed", _rows(("a", False, "fixed"), ("b", False, "still-failing")))
+    assert not_fixed.to_dict() == {
+        "probe": "not-fixed",
+        "text": "probe: not-fixed; SGLang's tests: 1 fixed, 1 still-failing — they DISAGREE: "
+        "a fixed (fails on the base, passes on the head)",
+        "agrees": False,
+        "disagreements": ["a fixed (fails on the base, passes on the head)"],
+    }
+    still = pair_agreement("not-fixed", _rows(("a", True, "still-failing"), ("b", False, "fixed")))
+    assert still.agrees is True and still.disagreements == [], "the fix's own test still fails: not fixed"
+    assert pair_agreement("not-fixed", _rows(("a", True, "still-passing"))).agrees is None
+    error = pair_agreement("error", _rows(("a", True, "fixed")))
+    assert (error.agrees, error.disagreements, error.flag) == (None, [], "")
+    assert error.text == "probe: error; SGLang's tests: 1 fixed (the fix's own: 1 fixed) — no say on behaviour"
+
+
+def test_a_disagreement_is_added_to_the_reason_only_when_there_is_one() -> None:
+    agrees = pair_agreement("confirmed", _rows(("a", True, "fixed")))
+    disagrees = pair_agreement("confirmed", _rows(("a", True, "regressed")))
+    assert with_flag("probes: ...", None) == "probes: ..." and with_flag("probes: ...", agrees) == "probes: ..."
+    flag = "SGLang's tests disagree: a regressed (passes on the base, fails on the head)"
+    assert disagrees.flag == flag and with_flag("", disagrees) == flag and with_flag("r", disagrees) == f"r; {flag}"
+    assert with_flag("", None) == ""
+
+
 def test_single_agreement_reads_the_fix_s_own_tests_on_one_source() -> None:
     rows = [Row("f.py::a", True, {"r": Outcome("failed")}), Row("f.py::b", False, {"r": Outcome("passed")})]
     assert single_agreement("bug", "r", rows).agrees is True
@@ -297,6 +281,11 @@ def test_single_agreement_reads_the_fix_s_own_tests_on_one_source() -> None:
     assert fixed.agrees is False and fixed.disagreements == ["a fails here"]
     assert single_agreement("partial", "r", rows).agrees is None
     assert single_agreement("present", "r", rows[1:]).agrees is None, "no own test: no say"
+    none_own = single_agreement("absent", "r", rows[1:])
+    assert none_own.text == "probe: absent; SGLang's tests: 1 passed — no say on behaviour", "no own: not said"
+    stale = [Row("f.py::a", True, {"r": Outcome("stale")})]
+    assert single_agreement("absent", "r", stale).agrees is None, "a stale own test says nothing"
+    assert single_agreement("present", "r", stale).agrees is None
 
 
 def test_symbol_index_reads_bindings_without_importing(tmp_path: Path) -> None:
@@ -315,7 +304,22 @@ def test_symbol_index_reads_bindings_without_importing(tmp_path: Path) -> None:
     assert idx.class_defines("sglang.srt.m:C", "m") and idx.class_defines("sglang.srt.m:C", "attr")
     assert not idx.class_defines("sglang.srt.m:C", "inst"), "an instance attribute is the fake's to set"
     assert idx.class_defines("sglang.srt.m:C.Inner", "n") and not idx.class_defines("sglang.srt.m:D", "m")
+    assert not idx.class_defines("sglang.srt.nowhere:C", "m"), "no such module: no such class"
     assert idx.has({"module": "sglang.srt.sub", "name": None}) and not idx.has({"module": "sglang.nope", "name": None})
+
+
+def test_symbol_index_reads_every_branch_of_a_try_and_a_dotted_import(tmp_path: Path) -> None:
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "compat.py").write_text(
+        "import torch.cuda\ntry:\n    from fast import kernel\nexcept ImportError:\n    slow = True\n"
+        "except RuntimeError:\n    broken = True\nelse:\n    fast_ok = True\nfinally:\n    probed = True\n"
+    )
+    idx = SymbolIndex(tmp_path)
+    assert all(idx.defines("sglang.compat", n) for n in ("torch", "kernel", "slow", "broken", "fast_ok", "probed"))
+    assert not idx.defines("sglang.compat", "cuda") and not idx.defines("sglang.compat", "torch.cuda")
+    owned = {"owners": ["sglang.srt.managers.scheduler:Scheduler.Inner"], "name": "retire"}
+    assert symbol_name(owned) == "Scheduler.Inner.retire"
+    assert symbol_name({"module": "sglang.srt.doors", "name": None}) == "sglang.srt.doors"
 
 
 # -- where files come from, the matrix, the command line ---------------------------------------------
@@ -328,11 +332,16 @@ def test_tests_dir_from_the_option_or_the_environment(tmp_path: Path, monkeypatc
     assert resolve_tests_dir(tmp_path / "ok") == (tmp_path / "ok").resolve()
     monkeypatch.setenv(ENV, str(tmp_path / "ok"))
     assert resolve_tests_dir(None) == (tmp_path / "ok").resolve()
+    assert resolve_tests_dir("") == (tmp_path / "ok").resolve(), "an empty option is no option"
     with pytest.raises(ConfigError, match=r"--upstream-tests .*nowhere: not a folder"):
         resolve_tests_dir(tmp_path / "nowhere")
     monkeypatch.setenv(ENV, str(tmp_path))
-    with pytest.raises(ConfigError, match=r"\$DIFFLAB_UPSTREAM_TESTS .*has no test/ folder"):
+    with pytest.raises(ConfigError) as refused:
         resolve_tests_dir(None)
+    assert str(refused.value) == (
+        f"$DIFFLAB_UPSTREAM_TESTS {tmp_path}: has no test/ folder; give a folder laid out like SGLang's repository "
+        "(test/registered/unit/...), e.g. a sparse checkout of SGLang's test/ tree"
+    )
 
 
 def test_locate_takes_the_first_tree_holding_the_file(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ at import, and ``CustomTestCase`` re-raises every failure as a bare ``Exception`
 from __future__ import annotations
 
 import hashlib
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from difflab.matrix.model import Fix, SidePin, UpstreamTestFile
@@ -203,3 +205,14 @@ def fake_fix(own: dict[str, list[str]] | None = None) -> Fix:
     own = own or {}
     tests = tuple(UpstreamTestFile(rel, tuple(own.get(rel, []))) for rel in TEST_FILES)
     return Fix("1", 1, "stand-in fix", SidePin(release="base"), SidePin(release="head"), (), upstream_tests=tests)
+
+
+@dataclass
+class LabPython:
+    """The lab's own interpreter standing in for the shared environment (the stand-in sglang needs nothing)."""
+
+    cache: Path
+    python: Path = Path(sys.executable)
+
+    def ensure(self, progress: object = None) -> LabPython:
+        return self

@@ -115,6 +115,7 @@ def single_agreement(verdict: str, side: str, rows: Sequence[RowLike]) -> Agreem
         agrees = True if any(outcomes[r.id] == "failed" for r in owned) else None
     if disagreements:
         agrees = False
-    summary = count_text(counts(list(outcomes.values()), OUTCOMES))
-    own = count_text(counts([outcomes[r.id] for r in owned], OUTCOMES)) if owned else None
+    ran = {tid: o for tid, o in outcomes.items() if o}  # a test not run on this side has nothing to count
+    summary = count_text(counts(list(ran.values()), OUTCOMES))
+    own = count_text(counts([ran[r.id] for r in owned if r.id in ran], OUTCOMES)) if owned else None
     return Agreement(verdict, _text(verdict, summary, own, agrees, disagreements), agrees, disagreements)

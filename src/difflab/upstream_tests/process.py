@@ -69,6 +69,19 @@ class Job:
     def records(self, file_id: str) -> list[dict[str, Any]]:
         return [t for t in self.tests if t.get("file") == file_id]
 
+    def request(self, out: Path, pytest_path: Path | None) -> dict[str, Any]:
+        """The request the test child reads (:func:`difflab.probe.upstream_child.run`): source, files, result."""
+        return {
+            "out": str(out),
+            "source_root": str(self.source.root),
+            "pytest_path": str(pytest_path) if pytest_path else None,
+            "files": [f.request() for f in self.files],
+        }
+
+    def done(self, result: dict[str, Any]) -> None:
+        """The child's result read back: every test record of every file, and how they ran."""
+        self.status, self.tests, self.runner = "ok", result.get("tests", []), result.get("runner", {})
+
 
 def plan(needs: Sequence[tuple[MaterialisedSource, TestFile]]) -> list[Job]:
     jobs: list[Job] = []
@@ -86,16 +99,7 @@ def run_job(job: Job, env: SharedEnvironment, pytest_path: Path | None) -> Job:
     timeout = BASE_TIMEOUT_S + PER_FILE_S * len(job.files)
     with tempfile.TemporaryDirectory(prefix="difflab-upstream-") as tmp:
         out, request = Path(tmp) / "result.json", Path(tmp) / "request.json"
-        request.write_text(
-            json.dumps(
-                {
-                    "out": str(out),
-                    "source_root": str(job.source.root),
-                    "pytest_path": str(pytest_path) if pytest_path else None,
-                    "files": [f.request() for f in job.files],
-                }
-            )
-        )
+        request.write_text(json.dumps(job.request(out, pytest_path)))
         cmd = box.command(env.python, upstream_child.__name__, str(request))
         try:
             proc = subprocess.run(
@@ -108,8 +112,7 @@ def run_job(job: Job, env: SharedEnvironment, pytest_path: Path | None) -> Job:
             )
             job.log = (proc.stdout or "") + (proc.stderr or "")
             if out.exists():
-                raw = json.loads(out.read_text())
-                job.status, job.tests, job.runner = "ok", raw.get("tests", []), raw.get("runner", {})
+                job.done(json.loads(out.read_text()))
             else:
                 job.status, job.error = "error", f"test process died (exit {proc.returncode})\n{tail(job.log)}"
         except subprocess.TimeoutExpired as exc:

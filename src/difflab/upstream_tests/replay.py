@@ -184,8 +184,12 @@ def _row(tid: str, own: bool, sides: dict[str, SideRun], pair: tuple[str, str] |
     return row
 
 
-def replay(plans: list[Plan], env: SharedEnvironment, say: Say | None = None) -> list[FixReplay]:
-    """Run every plan's files on every available side (one process per source) and read the outcomes."""
+Located = dict[str, tuple[list[TestFile], list[str]]]
+"""Per fix: the test files found, and the ones named but found nowhere."""
+
+
+def jobs_for(plans: list[Plan]) -> tuple[Located, list[Job]]:
+    """Every plan's files located, and the processes (one per source) that run them on every available side."""
     located = {p.fix.id: _locate(p.fix, p.trees) for p in plans}
     needs = [
         (src, file)
@@ -194,7 +198,11 @@ def replay(plans: list[Plan], env: SharedEnvironment, say: Say | None = None) ->
         if isinstance(src, MaterialisedSource)
         for file in located[p.fix.id][0]
     ]
-    jobs = run_jobs(plan(needs), env, say)
+    return located, plan(needs)
+
+
+def read(plans: list[Plan], located: Located, jobs: list[Job]) -> list[FixReplay]:
+    """Each plan's replay from the jobs once they ran: every side's outcomes, a row per test, its change."""
     replays = []
     for p in plans:
         files, missing = located[p.fix.id]
@@ -206,3 +214,9 @@ def replay(plans: list[Plan], env: SharedEnvironment, say: Say | None = None) ->
         note = f"not found: {', '.join(missing)}" if missing else None
         replays.append(FixReplay(p.fix, files, missing, sides, _rows(p.fix, files, sides, p.pair), p.pair, note))
     return replays
+
+
+def replay(plans: list[Plan], env: SharedEnvironment, say: Say | None = None) -> list[FixReplay]:
+    """Run every plan's files on every available side (one process per source) and read the outcomes."""
+    located, jobs = jobs_for(plans)
+    return read(plans, located, run_jobs(jobs, env, say))

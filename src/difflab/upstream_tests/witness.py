@@ -46,10 +46,8 @@ def release_reference(fix: Fix, releases: ReleaseSource) -> Reference:
     return Reference(one(fix.base), one(fix.head))
 
 
-def for_run(
-    fixes: list[Fix], sources: Sources, env: SharedEnvironment, tests_dir: Path | None, say: Say | None = None
-) -> list[FixReplay]:
-    """Base and head of each fix; files from the head's own tree, the base's, then ``tests_dir``."""
+def run_plans(fixes: list[Fix], sources: Sources, tests_dir: Path | None) -> list[Plan]:
+    """Base and head of each fix with upstream tests; files from the head's own tree, the base's, then ``tests_dir``."""
     plans = []
     for fix in fixes:
         if not fix.upstream_tests:
@@ -58,7 +56,30 @@ def for_run(
         base, head = sides.get("base"), sides.get("head")
         trees = own_tree(head, "head") + own_tree(base, "base") + folder_tree(tests_dir)
         plans.append(Plan(fix, sides, trees, Reference(_index(base), _index(head)), pair=SIDES))
-    return replay(plans, env, say)
+    return plans
+
+
+def for_run(
+    fixes: list[Fix], sources: Sources, env: SharedEnvironment, tests_dir: Path | None, say: Say | None = None
+) -> list[FixReplay]:
+    """The replay of :func:`run_plans`."""
+    return replay(run_plans(fixes, sources, tests_dir), env, say)
+
+
+def source_plans(
+    fixes: list[Fix],
+    sides: Mapping[str, MaterialisedSource],
+    references: Mapping[str, Reference],
+    tests_dir: Path | None,
+) -> list[Plan]:
+    """Each fix's files on every one of ``sides`` (releases, or a fork); its own tree first, then ``tests_dir``."""
+    plans = []
+    for fix in fixes:
+        if not fix.upstream_tests:
+            continue
+        trees = [t for name, src in sides.items() for t in own_tree(src, name)] + folder_tree(tests_dir)
+        plans.append(Plan(fix, dict(sides), trees, references[fix.id]))
+    return plans
 
 
 def for_sources(
@@ -69,14 +90,8 @@ def for_sources(
     tests_dir: Path | None,
     say: Say | None = None,
 ) -> list[FixReplay]:
-    """Each fix's files on every one of ``sides`` (releases, or a fork); its own tree first, then ``tests_dir``."""
-    plans = []
-    for fix in fixes:
-        if not fix.upstream_tests:
-            continue
-        trees = [t for name, src in sides.items() for t in own_tree(src, name)] + folder_tree(tests_dir)
-        plans.append(Plan(fix, dict(sides), trees, references[fix.id]))
-    return replay(plans, env, say)
+    """The replay of :func:`source_plans`."""
+    return replay(source_plans(fixes, sides, references, tests_dir), env, say)
 
 
 def agree_with_run(replays: list[FixReplay], verdicts: Mapping[str, str]) -> dict[str, Agreement]:
