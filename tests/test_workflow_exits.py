@@ -22,6 +22,7 @@ from difflab.cli import main
 from difflab.errors import ConfigError
 from difflab.paths import default_results
 from difflab.progress import Reporter
+from difflab.workflows import backport as backport_workflow
 from difflab.workflows import run as run_workflow
 from difflab.workflows import selfcheck as selfcheck_workflow
 from difflab.workflows.throughput import ThroughputOptions
@@ -359,7 +360,13 @@ def test_backport_of_the_forks_own_port_is_present_and_exits_zero(repo: TinyRepo
     document = read(out, "backport.json")
     (verdict,) = document["fixes"]
     assert (verdict["id"], verdict["verdict"], verdict["passed"]) == ("1", "present", True)
-    assert verdict["evidence"]["fix_commit"] == repo.commits["head"] and verdict["evidence"]["ancestor"] is False
+    evidence = verdict["evidence"]
+    assert evidence["fix_commit"] == repo.commits["head"] and evidence["ancestor"] is False
+    assert (evidence["upstream_repo"], evidence["version"]) == (str(repo.path), "0.0.0")  # what sglang imported as
+    assert verdict["disagreements"] == [
+        "the behaviour is present without the fix commit or a patch-equivalent commit "
+        "(re-implemented, squashed with other changes, or conflict-resolved)"
+    ]
     record = read(out, "run.json")
     assert (record["command"], record["exit_code"], record["sides"]) == ("backport", 0, ["fork"])
     assert record["ref"] == "fork" and record["source_kind"] == "git" and record["repo"] == str(repo.path)
@@ -409,3 +416,34 @@ def test_backport_flags_a_verdict_the_fixes_own_tests_contradict(repo: TinyRepo,
     assert verdict["verdict"] == "absent" and verdict["upstream_tests"]["agrees"] is False
     flag = "SGLang's tests disagree: test_a_valid_request_is_admitted passes here"
     assert verdict["disagreements"][-1] == flag and verdict["reason"].endswith(f"; {flag}")
+
+
+def test_backport_says_what_it_checked_and_records_the_fork_under_the_results(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--out``: ``results/backport-<stamp>``; the local back end's warning, the fork and each verdict are said."""
+    monkeypatch.chdir(tmp_path)
+    text = io.StringIO()
+    req = backport_workflow.BackportRequest(
+        matrix=matrix(tmp_path, confirmed(repo)),
+        repo=str(repo.path),
+        ref="fork",
+        upstream=str(repo.path),
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+    )
+    outcome = backport_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    (folder,) = (tmp_path / "results").iterdir()
+    assert re.fullmatch(r"backport-\d{8}T\d{6}Z", folder.name) and outcome.out_dir == folder
+    assert outcome.exit_code == 0 and [(v.id, v.verdict) for v in outcome.verdicts] == [("1", "present")]
+    said = text.getvalue()
+    assert backport_workflow.LOCAL_NOTE.format(backend="subprocess") in said
+    fork = repo.commits["fork"]
+    assert f"fork {repo.path} at fork" in said and f"fork commit {fork} (tree " in said
+    assert f"#1: present - {outcome.verdicts[0].reason}" in said
+    document = read(folder, "backport.json")["fork"]
+    assert (document["ref"], document["commit"], document["upstream"]) == ("fork", fork, str(repo.path))
+    assert document["subject"] == "door: refuse rejected requests" and document["kind"] == "git"
+    assert list(read(folder, "family.json")["defaults"]) == [f"fork {fork[:12]}"]
+    assert (folder / "environment.json").is_file()
