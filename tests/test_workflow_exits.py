@@ -1,0 +1,449 @@
+"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``backport``) on fixes that do NOT agree.
+
+Each command runs through :func:`difflab.cli.main` with the lab's real runner (``--backend subprocess``) on
+the tiny git repository of :mod:`workflow_tree`, so a run takes well under a second and these tests can
+sit in the mutation pass. The matrices mix a confirmed fix with a not-fixed one, a causal mutation with
+a stale one and a fix that declares none: an exit code or a ``passed`` flag that asked "any" where it
+must ask "all", or that let one step's result replace another's, would pass on uniform runs and fails
+here. What a run decides is read back from its files (diff.json, selfcheck.json, run.json).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from difflab.cli import main
+from difflab.errors import ConfigError
+from difflab.paths import default_results
+from difflab.progress import Reporter
+from difflab.workflows import backport as backport_workflow
+from difflab.workflows import run as run_workflow
+from difflab.workflows import selfcheck as selfcheck_workflow
+from difflab.workflows.throughput import ThroughputOptions
+from workflow_tree import (
+    DOOR_TESTS_FILE,
+    DROP_GUARD,
+    HANGS,
+    MOVES_CONTROL,
+    REWORDS_BASE,
+    STALE,
+    TinyRepo,
+    fix_entry,
+    matrix_text,
+    tiny_repo,
+    with_upstream_tests,
+    write_door_tests,
+    write_probes,
+)
+
+FAST = ["--backend", "subprocess", "--no-cache"]
+
+
+@pytest.fixture(scope="module")
+def repo() -> TinyRepo:
+    return tiny_repo()
+
+
+@pytest.fixture(autouse=True)
+def tiny_probes(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIFFLAB_PROBES", str(write_probes(tmp_path_factory.getbasetemp() / "tiny-probes")))
+
+
+def matrix(tmp_path: Path, *entries: str) -> Path:
+    path = tmp_path / "matrix" / "upstream.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(matrix_text(*entries))
+    return path
+
+
+def read(out: Path, name: str) -> dict:
+    return json.loads((out / name).read_text())
+
+
+def git_run(repo: TinyRepo, matrix_path: Path, out: Path, *extra: str, command: str = "run") -> int:
+    argv = [command, "--source", "git", "--repo", str(repo.path), "--matrix", str(matrix_path), "--out", str(out)]
+    sealed = [] if command == "observe" else ["--no-bundle"]  # a cell's folder is merged, never sealed
+    return main([*argv, *FAST, *sealed, *extra])
+
+
+def confirmed(repo: TinyRepo, fix_id: str = "1", mutations: str = DROP_GUARD) -> str:
+    return fix_entry(fix_id, repo.commits["base"], repo.commits["head"], mutations=mutations)
+
+
+def not_fixed(repo: TinyRepo, fix_id: str = "2", mutations: str = "") -> str:
+    """Head pinned to the base commit: a real head that still shows the bug."""
+    return fix_entry(fix_id, repo.commits["base"], repo.commits["base"], mutations=mutations)
+
+
+def headless(repo: TinyRepo) -> str:
+    """Fix 3: its head unavailable (no release carries it yet), so nothing to judge it by or revert."""
+    return confirmed(repo, "3").replace(
+        'head = { release = "0.5.21" }', 'head = { unavailable = "no release carries it" }'
+    )
+
+
+# -- run: the verdicts' exit code and passed flags ---------------------------------------------------------
+def test_a_run_whose_every_fix_is_confirmed_exits_zero_with_its_details(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo)), out) == 0
+    diff = read(out, "diff.json")
+    assert [(f["id"], f["verdict"], f["passed"]) for f in diff["fixes"]] == [("1", "confirmed", True)]
+    assert diff["passed"] is True
+    record = read(out, "run.json")
+    assert record["exit_code"] == 0 and record["command"] == "run"
+    assert record["sides"] == ["base", "head"] and record["source_kind"] == "git"
+    assert record["repo"] == str(repo.path) and record["runner"]["name"] == "subprocess"
+    labels = {repo.commits["base"][:12], repo.commits["head"][:12]}
+    assert set(record["sources"]) == labels
+    assert {s["commit"] for s in record["sources"].values()} == {repo.commits["base"], repo.commits["head"]}
+    assert record["environment_digest"] and record["probes"]
+    assert record["undeclared_fields"] == {"1/tiny_door": ["door.note"]}
+    # a git run replays the fixes' own upstream tests; this tree has none
+    assert record["upstream_tests"] == {"dir": None, "files": {}}
+
+
+def test_a_not_fixed_fix_fails_the_run_beside_a_confirmed_one(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo), not_fixed(repo)), out) == 1
+    diff = read(out, "diff.json")
+    verdicts = {f["id"]: (f["verdict"], f["passed"]) for f in diff["fixes"]}
+    assert verdicts == {"1": ("confirmed", True), "2": ("not-fixed", False)}
+    assert diff["passed"] is False  # every fix must pass, not any
+    assert read(out, "run.json")["exit_code"] == 1
+
+
+def test_observe_exits_zero_when_every_probe_ran_and_writes_no_verdicts(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "cell"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo)), out, "--side", "head", command="observe") == 0
+    assert (out / "observations" / "1" / "head" / "tiny_door.log").is_file()
+    seen = read(out, "observations/1/head/tiny_door.json")
+    assert seen["status"] == "ok" and seen["fields"]["rejected.admitted"] is False
+    assert not (out / "observations" / "1" / "base").exists()
+    assert not (out / "diff.json").exists()
+    record = read(out, "run.json")
+    assert (record["command"], record["sides"], record["exit_code"]) == ("observe", ["head"], 0)
+    assert "upstream_tests" not in record  # one side: nothing to replay against
+
+
+def test_observe_exits_non_zero_when_one_probe_errored_and_the_other_ran(repo: TinyRepo, tmp_path: Path) -> None:
+    broken = fix_entry("2", repo.commits["base"], repo.commits["head"], probe="tiny_broken")
+    out = tmp_path / "cell"
+    code = git_run(repo, matrix(tmp_path, confirmed(repo), broken), out, "--side", "head", command="observe")
+    status = {p.parent.parent.name: read(p.parent, p.name)["status"] for p in (out / "observations").rglob("*.json")}
+    assert status == {"1": "ok", "2": "error"}
+    assert code == 1 and read(out, "run.json")["exit_code"] == 1
+
+
+def test_an_unavailable_side_is_judged_and_left_out_of_the_sources(repo: TinyRepo, tmp_path: Path) -> None:
+    head = repo.commits["head"]
+    gone = (
+        fix_entry("2", repo.commits["base"], repo.commits["head"], pinned=False)
+        .replace('base = { release = "0.5.20" }', 'base = { unavailable = "no release before it was pinned" }')
+        .replace(
+            'head = { release = "0.5.21" }',
+            f'head = {{ release = "0.5.21" }}\ncommits = {{ head = {{ sha = "{head}", confirmed = true }} }}',
+        )
+    )
+    text = io.StringIO()
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, confirmed(repo), gone),
+        out=tmp_path / "out",
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+    )
+    outcome = run_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    assert "2 base tiny_door" not in text.getvalue()  # unavailable is a verdict's input, not a probe error
+    verdicts = {v.id: (v.verdict, v.passed) for v in outcome.verdicts}
+    assert verdicts == {"1": ("confirmed", True), "2": (verdicts["2"][0], True)} and outcome.exit_code == 0
+    assert verdicts["2"][0] != "confirmed"  # a head alone is judged against the matrix's declared base
+    assert set(read(outcome.out_dir, "run.json")["sources"]) == {repo.commits["base"][:12], repo.commits["head"][:12]}
+
+
+# -- run --selfcheck: the self-check's exit code joins the verdicts' --------------------------------------------
+def test_run_selfcheck_passes_when_the_verdicts_and_every_mutation_pass(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo)), out, "--selfcheck") == 0
+    check = read(out, "selfcheck.json")
+    assert [(m["mutation"], m["outcome"]) for m in check["mutations"]] == [("drop-guard", "causal")]
+    assert check["hunk_coverage"]["covered"] == check["hunk_coverage"]["hunks"] == 1 and check["passed"] is True
+    assert read(out, "run.json")["exit_code"] == 0
+
+
+def test_run_selfcheck_fails_on_a_fix_without_mutations_though_every_verdict_passed(
+    repo: TinyRepo, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo, mutations="")), out, "--selfcheck") == 1
+    assert read(out, "diff.json")["passed"] is True
+    (row,) = read(out, "selfcheck.json")["mutations"]
+    assert (row["fix"], row["outcome"], row["passed"]) == ("1", "error", False)
+    assert read(out, "run.json")["exit_code"] == 1
+
+
+def test_run_selfcheck_passing_does_not_hide_a_failed_verdict(repo: TinyRepo, tmp_path: Path) -> None:
+    """Fix 2's head still has the bug: not-fixed. Its one mutation edits a docstring, so the mutated head shows
+    the base behaviour the self-check asks for and the self-check passes; the run must still fail."""
+    out = tmp_path / "out"
+    entries = (confirmed(repo), not_fixed(repo, mutations=REWORDS_BASE))
+    assert git_run(repo, matrix(tmp_path, *entries), out, "--selfcheck") == 1
+    verdicts = {f["id"]: (f["verdict"], f["passed"]) for f in read(out, "diff.json")["fixes"]}
+    assert verdicts == {"1": ("confirmed", True), "2": ("not-fixed", False)}
+    check = read(out, "selfcheck.json")
+    assert [(m["fix"], m["outcome"]) for m in check["mutations"]] == [("1", "causal"), ("2", "causal")]
+    assert check["passed"] is True and read(out, "run.json")["exit_code"] == 1
+
+
+# -- selfcheck: every mutation judged, in the matrix's order, and all of them must pass ---------------------------
+def test_selfcheck_passes_on_one_causal_mutation_and_records_what_it_ran(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "check"
+    assert git_run(repo, matrix(tmp_path, confirmed(repo)), out, command="selfcheck") == 0
+    check = read(out, "selfcheck.json")
+    assert check["passed"] is True and [m["outcome"] for m in check["mutations"]] == ["causal"]
+    assert (out / "selfcheck" / "1" / "drop-guard" / "tiny_door.log").is_file()  # the mutated head's probe log
+    record = read(out, "run.json")
+    assert (record["command"], record["exit_code"]) == ("selfcheck", 0)
+    assert record["source_kind"] == "git" and record["repo"] == str(repo.path)
+    assert record["runner"]["name"] == "subprocess" and record["environment_digest"] and record["probes"]
+    assert record["sources"] == {
+        repo.commits["head"][:12]: {
+            "kind": "git",
+            "repo": str(repo.path),
+            "commit": repo.commits["head"],
+            "tree": record["sources"][repo.commits["head"][:12]]["tree"],
+        }
+    }
+
+
+def test_selfcheck_orders_rows_by_fix_and_mutation_and_fails_on_any_bad_one(repo: TinyRepo, tmp_path: Path) -> None:
+    """Stale and missing mutations are judged before anything runs; the files still list them in matrix order."""
+    entries = (confirmed(repo, mutations=STALE + DROP_GUARD + MOVES_CONTROL), not_fixed(repo, "2"))
+    out = tmp_path / "check"
+    assert git_run(repo, matrix(tmp_path, *entries), out, command="selfcheck") == 1
+    rows = [(m["fix"], m["mutation"], m["outcome"], m["passed"]) for m in read(out, "selfcheck.json")["mutations"]]
+    assert rows == [
+        ("1", "drop-guard", "causal", True),
+        ("1", "refuse-everyone", "error", False),
+        ("1", "unguard-stale", "mutation-stale", False),
+        ("2", "(none)", "error", False),
+    ]
+    check = read(out, "selfcheck.json")
+    assert check["passed"] is False and read(out, "run.json")["exit_code"] == 1
+    by_name = {(m["fix"], m["mutation"]): m for m in check["mutations"]}
+    head, stale_head = repo.commits["head"][:12], repo.commits["base"][:12]
+    assert {m["head"] for key, m in by_name.items() if key[0] == "1"} == {head}
+    assert by_name[("2", "(none)")]["head"] == stale_head
+    assert by_name[("1", "unguard-stale")]["reason"] == f"fix 1, expected text not found in sglang/door.py of {head}"
+    assert by_name[("2", "(none)")]["reason"] == "no reverting mutation declared for this fix in the matrix"
+
+
+def test_selfcheck_leaves_out_a_fix_whose_head_is_unavailable_and_says_so(repo: TinyRepo, tmp_path: Path) -> None:
+    gone = headless(repo)
+    older = OLDER_THAN_EVERY_PIN
+    text = io.StringIO()
+    reporter = Reporter(Console(file=text, width=400))
+    req = selfcheck_workflow.SelfcheckRequest(
+        matrix=matrix(tmp_path, confirmed(repo), gone, older),
+        out=tmp_path / "check",
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+    )
+    outcome = selfcheck_workflow.execute(req, reporter)
+    assert outcome.exit_code == 0 and outcome.passed
+    assert [(r.fix, r.outcome) for r in outcome.results] == [("1", "causal")]
+    said = text.getvalue()
+    assert "3: head unavailable (no release carries it); nothing to revert" in said
+    assert "4: base unavailable (older than every pinned release) and no probe; nothing to revert" in said
+    assert said.count("nothing to revert") == 2  # fix 1 has a head to revert
+
+
+OLDER_THAN_EVERY_PIN = """
+[[fixes]]
+id = "4"
+pr = 4
+title = "older than every pin"
+base = { unavailable = "older than every pinned release" }
+head = { release = "0.5.21" }
+"""
+
+
+def test_selfcheck_pins_the_head_from_the_lock_beside_its_matrix_and_writes_under_the_results(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--out``: ``results/selfcheck-<stamp>`` in the working folder; no commits in the matrix: the lock's."""
+    path = matrix(tmp_path, fix_entry("1", "", "", mutations=DROP_GUARD, pinned=False))
+    assert main(["lock", "--matrix", str(path), "--repo", str(repo.path)]) == 0
+    monkeypatch.chdir(tmp_path)
+    req = selfcheck_workflow.SelfcheckRequest(
+        matrix=path, runner="subprocess", use_cache=False, bundle=False, source_kind="git", repo=str(repo.path)
+    )
+    outcome = selfcheck_workflow.execute(req)
+    (folder,) = (tmp_path / "results").iterdir()
+    assert re.fullmatch(r"selfcheck-\d{8}T\d{6}Z", folder.name) and outcome.out_dir == folder
+    assert outcome.exit_code == 0 and [(c.fix, c.hunks, c.covered) for c in outcome.coverage] == [
+        ("1", ["door-guard"], ["door-guard"])
+    ]
+    check = read(folder, "selfcheck.json")
+    assert check["hunk_coverage"]["fixes"] == [c.to_dict() for c in outcome.coverage]
+    assert (folder / "environment.json").is_file()
+    assert {m["head"] for m in check["mutations"]} == {repo.commits["head"][:12]}
+
+
+def test_selfcheck_ends_a_mutated_head_that_hangs_at_its_timeout(repo: TinyRepo, tmp_path: Path) -> None:
+    """``--timeout`` reaches the mutated heads' probes: a mutation that hangs is an error, never a wait."""
+    out = tmp_path / "check"
+    entry = confirmed(repo, mutations=DROP_GUARD + HANGS)
+    assert git_run(repo, matrix(tmp_path, entry), out, "--timeout", "1", command="selfcheck") == 1
+    rows = {m["mutation"]: m for m in read(out, "selfcheck.json")["mutations"]}
+    assert rows["drop-guard"]["outcome"] == "causal"
+    assert rows["hang-at-door"]["outcome"] == "error" and "hung" in rows["hang-at-door"]["reason"]
+
+
+# -- requests refused before anything runs ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"sides": ()}, "--side must be base or head, got ()"),
+        ({"sides": ("base", "fork")}, "--side must be base or head, got ('base', 'fork')"),
+        (
+            {"sides": ("head",), "throughput": ThroughputOptions()},
+            "--throughput compares base with head: it needs both sides",
+        ),
+        (
+            {"runner": "subprocess", "throughput": ThroughputOptions()},
+            "--throughput runs on the warm back end (two forked processes driven round by round); "
+            "--backend subprocess cannot interleave rounds",
+        ),
+        (
+            {"runner": "docker", "upstream_tests": None},
+            "--upstream-tests runs in the local shared environment; not with --backend docker",
+        ),
+    ],
+)
+def test_a_run_that_cannot_run_is_refused_before_it_starts(
+    repo: TinyRepo, tmp_path: Path, changes: dict, message: str
+) -> None:
+    if "upstream_tests" in changes:  # a folder laid out like SGLang's repository
+        (tmp_path / "sglang-tests" / "test").mkdir(parents=True)
+        changes = {**changes, "upstream_tests": tmp_path / "sglang-tests"}
+    req = run_workflow.RunRequest(matrix=matrix(tmp_path, confirmed(repo)), out=tmp_path / "out", **changes)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        run_workflow.execute(req)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_out_goes_to_a_stamped_folder_under_the_results() -> None:
+    out = run_workflow.default_out()
+    assert out.parent == default_results() and re.fullmatch(r"\d{8}T\d{6}Z", out.name)
+
+
+# -- backport: every fix on the fork must be present ---------------------------------------------------------------
+def backport(repo: TinyRepo, matrix_path: Path, out: Path, ref: str, *extra: str) -> int:
+    argv = ["backport", "--repo", str(repo.path), "--ref", ref, "--upstream", str(repo.path)]
+    return main([*argv, "--matrix", str(matrix_path), "--out", str(out), *FAST, "--no-bundle", *extra])
+
+
+def test_backport_of_the_forks_own_port_is_present_and_exits_zero(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "fork"
+    assert backport(repo, matrix(tmp_path, confirmed(repo)), out, "fork") == 0
+    document = read(out, "backport.json")
+    (verdict,) = document["fixes"]
+    assert (verdict["id"], verdict["verdict"], verdict["passed"]) == ("1", "present", True)
+    evidence = verdict["evidence"]
+    assert evidence["fix_commit"] == repo.commits["head"] and evidence["ancestor"] is False
+    assert (evidence["upstream_repo"], evidence["version"]) == (str(repo.path), "0.0.0")  # what sglang imported as
+    assert verdict["disagreements"] == [
+        "the behaviour is present without the fix commit or a patch-equivalent commit "
+        "(re-implemented, squashed with other changes, or conflict-resolved)"
+    ]
+    record = read(out, "run.json")
+    assert (record["command"], record["exit_code"], record["sides"]) == ("backport", 0, ["fork"])
+    assert record["ref"] == "fork" and record["source_kind"] == "git" and record["repo"] == str(repo.path)
+    assert record["sources"]["fork"]["commit"] == repo.commits["fork"]
+    assert record["runner"]["name"] == "subprocess" and record["environment_digest"] and record["probes"]
+
+
+def test_backport_fails_when_one_fix_is_absent_beside_a_present_one(repo: TinyRepo, tmp_path: Path) -> None:
+    """On the fork, fix 1 is present; fix 2's probe cannot run there: one failed fix fails the check."""
+    broken = fix_entry("2", repo.commits["base"], repo.commits["head"], probe="tiny_broken")
+    out = tmp_path / "fork"
+    assert backport(repo, matrix(tmp_path, confirmed(repo), broken), out, "fork") == 1
+    verdicts = {v["id"]: (v["verdict"], v["passed"]) for v in read(out, "backport.json")["fixes"]}
+    assert verdicts["1"] == ("present", True) and verdicts["2"][1] is False
+    assert read(out, "run.json")["exit_code"] == 1
+
+
+def test_backport_of_the_unfixed_base_is_absent_and_exits_one(repo: TinyRepo, tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    assert backport(repo, matrix(tmp_path, confirmed(repo)), out, repo.commits["base"]) == 1
+    (verdict,) = read(out, "backport.json")["fixes"]
+    assert (verdict["verdict"], verdict["passed"]) == ("absent", False)
+
+
+def test_backport_replays_the_fixes_own_tests_beside_an_agreeing_verdict(repo: TinyRepo, tmp_path: Path) -> None:
+    entry = with_upstream_tests(confirmed(repo), "test_a_rejected_request_is_refused")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    out = tmp_path / "fork"
+    assert backport(repo, matrix(tmp_path, entry), out, "fork", "--upstream-tests", str(folder)) == 0
+    (verdict,) = read(out, "backport.json")["fixes"]
+    agreement = verdict["upstream_tests"]
+    assert agreement["agrees"] is True and agreement["probe"] == "present"
+    assert agreement["text"].endswith("they agree") and "the fix's own: 1 passed" in agreement["text"]
+    assert "disagree" not in verdict["reason"] and not verdict["disagreements"][1:]  # only git's note
+    (replay,) = read(out, "upstream-tests.json")["fixes"]
+    assert [f["file"] for f in replay["files"]] == [DOOR_TESTS_FILE] and replay["agreement"] == agreement
+    assert "they agree" in (out / "summary.md").read_text()
+
+
+def test_backport_flags_a_verdict_the_fixes_own_tests_contradict(repo: TinyRepo, tmp_path: Path) -> None:
+    """On the base the probe says absent; the declared own test (the valid request's) passes: they disagree."""
+    entry = with_upstream_tests(confirmed(repo), "test_a_valid_request_is_admitted")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    out = tmp_path / "base"
+    assert backport(repo, matrix(tmp_path, entry), out, repo.commits["base"], "--upstream-tests", str(folder)) == 1
+    (verdict,) = read(out, "backport.json")["fixes"]
+    assert verdict["verdict"] == "absent" and verdict["upstream_tests"]["agrees"] is False
+    flag = "SGLang's tests disagree: test_a_valid_request_is_admitted passes here"
+    assert verdict["disagreements"][-1] == flag and verdict["reason"].endswith(f"; {flag}")
+
+
+def test_backport_says_what_it_checked_and_records_the_fork_under_the_results(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--out``: ``results/backport-<stamp>``; the local back end's warning, the fork and each verdict are said."""
+    monkeypatch.chdir(tmp_path)
+    text = io.StringIO()
+    req = backport_workflow.BackportRequest(
+        matrix=matrix(tmp_path, confirmed(repo)),
+        repo=str(repo.path),
+        ref="fork",
+        upstream=str(repo.path),
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+    )
+    outcome = backport_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    (folder,) = (tmp_path / "results").iterdir()
+    assert re.fullmatch(r"backport-\d{8}T\d{6}Z", folder.name) and outcome.out_dir == folder
+    assert outcome.exit_code == 0 and [(v.id, v.verdict) for v in outcome.verdicts] == [("1", "present")]
+    said = text.getvalue()
+    assert backport_workflow.LOCAL_NOTE.format(backend="subprocess") in said
+    fork = repo.commits["fork"]
+    assert f"fork {repo.path} at fork" in said and f"fork commit {fork} (tree " in said
+    assert f"#1: present - {outcome.verdicts[0].reason}" in said
+    document = read(folder, "backport.json")["fork"]
+    assert (document["ref"], document["commit"], document["upstream"]) == ("fork", fork, str(repo.path))
+    assert document["subject"] == "door: refuse rejected requests" and document["kind"] == "git"
+    assert list(read(folder, "family.json")["defaults"]) == [f"fork {fork[:12]}"]
+    assert (folder / "environment.json").is_file()
