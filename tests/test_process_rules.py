@@ -9,6 +9,7 @@ what it changes in this process (signal handlers, the subreaper and parent-death
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -17,7 +18,8 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -62,6 +64,33 @@ def eof_within(fd: int) -> bool:
         if not os.read(fd, 4096):
             return True
     return False
+
+
+def alone(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` in a process forked for it: a supervisor ends and counts *every* child of its process,
+    and a test worker also holds what earlier tests in it left running (servers, their orphans once it
+    is a subreaper), which would be counted -- or killed -- too. The fork starts with no children."""
+
+    @functools.wraps(test)
+    def run(*args: object, **kwargs: object) -> None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            code = 0
+            try:
+                test(*args, **kwargs)
+            except BaseException:  # noqa: BLE001 - every failure goes back to the test
+                os.write(w, traceback.format_exc().encode())
+                code = 1
+            os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as fh:
+            failure = fh.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and not failure, failure or f"status {status}"
+
+    return run
 
 
 def blocked_child(hold: int, own_session: bool = False) -> int:
@@ -349,6 +378,7 @@ def test_the_threads_of_this_process_are_counted(monkeypatch: pytest.MonkeyPatch
         extra.join()
 
 
+@alone
 def test_strays_and_what_they_leave_behind_are_ended_and_counted(restored: None) -> None:
     """A subreaper inherits the orphans of what it kills, in sessions of their own too, and ends them as well."""
     process.become_subreaper()
@@ -383,6 +413,7 @@ def test_how_a_probe_ended_reads_back_as_its_fields() -> None:
     assert Ended(None, 9, True, 2).to_dict() == {"exit": None, "signal": 9, "timed_out": True, "strays": 2}
 
 
+@alone
 def test_a_probe_runs_in_a_session_of_its_own_that_ends_with_it(restored: None, tmp_path: Path) -> None:
     facts, tester = tmp_path / "facts.json", os.getpid()
 
@@ -415,6 +446,7 @@ def test_a_probe_runs_in_a_session_of_its_own_that_ends_with_it(restored: None, 
     assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL
 
 
+@alone
 def test_a_probe_that_raises_ends_as_a_crash_with_its_traceback(restored: None, capfd: pytest.CaptureFixture) -> None:
     def run() -> None:
         sys.stdout.write("half a line")
@@ -426,12 +458,14 @@ def test_a_probe_that_raises_ends_as_a_crash_with_its_traceback(restored: None, 
     assert "Traceback (most recent call last):" in err and "LookupError: the lab's own bug" in err
 
 
+@alone
 def test_a_probe_killed_by_a_signal_reads_as_that_signal(restored: None) -> None:
     assert process.supervise(lambda: os.kill(os.getpid(), signal.SIGUSR1), GUARD_S) == Ended(
         None, signal.SIGUSR1, False, 0
     )
 
 
+@alone
 def test_a_probe_past_its_timeout_is_killed_with_what_escaped_its_session(restored: None) -> None:
     r, w = os.pipe()
 
@@ -453,6 +487,7 @@ def test_a_probe_past_its_timeout_is_killed_with_what_escaped_its_session(restor
         os.close(r)
 
 
+@alone
 def test_a_supervisor_without_a_timeout_waits_through_other_childrens_ends(restored: None) -> None:
     r, w = os.pipe()
     other = blocked_child(w)
@@ -470,6 +505,7 @@ def test_a_supervisor_without_a_timeout_waits_through_other_childrens_ends(resto
         os.close(r)
 
 
+@alone
 def test_a_supervisor_told_to_stop_ends_the_probe_without_calling_it_a_timeout(restored: None) -> None:
     def run() -> None:
         os.kill(os.getppid(), signal.SIGTERM)  # the lab giving up
