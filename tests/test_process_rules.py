@@ -210,6 +210,7 @@ def test_a_socket_is_left_blocking_and_a_reset_reads_as_its_end() -> None:
 # -- children: their ends, their groups, what they leave --------------------------------------------------
 
 
+@alone
 def test_a_child_ending_wakes_the_watch_and_closing_it_restores_the_signal(restored: None) -> None:
     watch = ChildWatch()
     assert not os.get_blocking(watch.rfd) and not os.get_blocking(watch.wfd)
@@ -230,6 +231,7 @@ def test_a_child_ending_wakes_the_watch_and_closing_it_restores_the_signal(resto
             os.fstat(fd)
 
 
+@alone
 def test_every_ended_child_is_reaped_once_and_seen_before_it_is() -> None:
     codes = {}
     for code in (3, 5):
@@ -255,6 +257,7 @@ def test_every_ended_child_is_reaped_once_and_seen_before_it_is() -> None:
     assert process.exited() == []  # no children at all
 
 
+@alone
 def test_killing_a_group_ends_what_its_leader_started() -> None:
     r, w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -277,6 +280,7 @@ def test_killing_a_group_ends_what_its_leader_started() -> None:
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
+@alone
 def test_killing_a_child_that_leads_no_group_kills_it_alone() -> None:
     r, w = os.pipe()
     child = blocked_child(w)
@@ -292,6 +296,7 @@ def test_killing_a_child_that_leads_no_group_kills_it_alone() -> None:
     process.kill_leftover_group(child)
 
 
+@alone
 def test_a_group_whose_leader_is_gone_is_killed_as_a_leftover() -> None:
     r, w = os.pipe()
     leader = os.fork()
@@ -323,6 +328,7 @@ def test_without_prctl_nothing_is_claimed(monkeypatch: pytest.MonkeyPatch) -> No
     assert process.become_subreaper() is False and process.die_with_parent() is False
 
 
+@alone
 def test_children_are_listed_from_proc_with_or_without_the_children_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process's name may hold ``)`` and spaces; a process may be gone before its stat is read."""
     r, w = os.pipe()
@@ -360,6 +366,7 @@ def test_children_are_listed_from_proc_with_or_without_the_children_files(monkey
         os.close(ready_r)
 
 
+@alone
 def test_the_threads_of_this_process_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
     before = process.thread_count()
