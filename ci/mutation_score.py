@@ -72,7 +72,7 @@ def split_name(name: str) -> tuple[str, str]:
 def results(mutants_dir: Path) -> dict[str, tuple[str, str]]:
     """Mutant name -> (status, source file), from mutmut's per-file ``.meta`` records."""
     found: dict[str, tuple[str, str]] = {}
-    for meta in sorted(mutants_dir.glob("src/**/*.py.meta")):
+    for meta in sorted([*mutants_dir.glob("src/**/*.py.meta"), *mutants_dir.glob("probes/**/*.py.meta")]):
         source = meta.relative_to(mutants_dir).as_posix().removesuffix(".meta")
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             found[name] = ("not checked" if code is None else STATUS.get(code, "suspicious"), source)

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-PROBES = Path(__file__).resolve().parents[1] / "probes"
+from difflab.paths import shipped_probes
+
+PROBES = shipped_probes()  # the checkout's probes/ (under mutation, the mutated copy beside the copied package)
 HARNESS = PROBES / "harness"
 
 MODULE = """

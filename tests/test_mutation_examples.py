@@ -27,12 +27,20 @@ def slug(text: str) -> str:
 
 
 def package_copy(tmp_path: Path) -> Path:
-    """``<tmp>/src/difflab`` plus the checkout folders the package finds beside itself."""
+    """``<tmp>/src/difflab`` plus the checkout folders the package finds beside itself; ``probes/`` is a
+    copy too (the harness has examples), the rest are links."""
     src = tmp_path / "src"
     shutil.copytree(PACKAGE, src / "difflab", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("matrices", "probes", "results"):
+    shutil.copytree(ROOT / "probes", tmp_path / "probes", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("matrices", "results"):
         (tmp_path / name).symlink_to(ROOT / name)
     return src
+
+
+def example_file(src: Path, module: str) -> Path:
+    """``module`` is a path in the package (``diff/verdict.py``), or in the checkout for the probes'
+    harness (``probes/harness/construction.py``)."""
+    return src.parent / module if module.startswith("probes/") else src / "difflab" / module
 
 
 def run_tests(src: Path, tests: list[str]) -> subprocess.CompletedProcess[str]:
@@ -65,7 +73,7 @@ def test_every_example_names_existing_tests() -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=[slug(e["what"]) for e in EXAMPLES])
 def test_the_example_mutant_is_killed(tmp_path: Path, example: dict) -> None:
     src = package_copy(tmp_path)
-    module = src / "difflab" / example["module"]
+    module = example_file(src, example["module"])
     text = module.read_text(encoding="utf-8")
     hits = text.count(example["find"])
     assert hits == 1, (

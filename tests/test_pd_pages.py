@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-PROBES = Path(__file__).resolve().parents[1] / "probes"
+from difflab.paths import shipped_probes
+
+PROBES = shipped_probes()  # the checkout's probes/ (under mutation, the mutated copy beside the copied package)
 
 
 @pytest.fixture(scope="module")

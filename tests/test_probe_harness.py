@@ -20,9 +20,10 @@ from types import ModuleType
 
 import pytest
 
+from difflab.paths import shipped_probes
 from difflab.probe.kit import Kit, MissingFakeAttribute
 
-PROBES = Path(__file__).resolve().parents[1] / "probes"
+PROBES = shipped_probes()  # the checkout's probes/ (under mutation, the mutated copy beside the copied package)
 
 MODULE = '''
 import os
