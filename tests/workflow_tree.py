@@ -16,10 +16,12 @@ SHAs never move), like :mod:`fork_corpus`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
 import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,3 +256,53 @@ def with_upstream_tests(entry: str, own: str) -> str:
     """``entry`` declaring the door's test file, with ``own`` as the fix's own test."""
     declared = f'upstream_tests = [{{ file = "{DOOR_TESTS_FILE}", own = ["{own}"] }}]\n'
     return entry.replace("[[fixes.probes]]", declared + "[[fixes.probes]]", 1)
+
+
+# -- release wheels of the tiny tree (``difflab contains``) ------------------------------------------------
+WHEEL_DATE = (2026, 1, 1, 12, 0, 0)
+
+
+def _wheel_members(version: str, door: str) -> dict[str, bytes]:
+    return {
+        "sglang/__init__.py": b'"""A lab fixture shaped like SGLang\'s package, not SGLang\'s code."""\n',
+        "sglang/version.py": f'__version__ = "{version}"\n'.encode(),
+        "sglang/door.py": door.encode(),
+    }
+
+
+def door_wheel(version: str, door: str) -> tuple[str, str]:
+    """A wheel of the tiny tree's package as release ``version``, in the lab's wheel cache: (file, sha256).
+
+    The file name carries a content key, so it never meets a real SGLang wheel of that version in the
+    cache; the release back end finds it there, checks its sha256 and RECORD, and downloads nothing.
+    """
+    members = _wheel_members(version, door)
+    key = hashlib.sha256((BUILDER_VERSION + version + door).encode()).hexdigest()[:12]
+    name = f"sglang-{version}-py3-none-tinydoor{key}.whl"
+    rows = [
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for n, d in members.items()
+    ]
+    info = f"sglang-{version}.dist-info"
+    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n".encode()
+    members[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
+    wheels = cache_root() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    path = wheels / name
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            tmp = path.with_name(f".{name}.tmp")
+            with zipfile.ZipFile(tmp, "w") as zf:
+                for member, data in members.items():
+                    zf.writestr(zipfile.ZipInfo(member, WHEEL_DATE), data)
+            os.replace(tmp, path)
+    return name, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def release_table(doors: dict[str, str]) -> str:
+    """A matrix's ``[releases]`` pinning one tiny door wheel per version (``{version: door}``)."""
+    text = "\nschema = 1\n"
+    for version, door in doors.items():
+        file, sha = door_wheel(version, door)
+        text += f'[releases."{version}"]\nfile = "{file}"\nsha256 = "{sha}"\n'
+    return text
