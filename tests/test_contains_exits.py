@@ -101,6 +101,7 @@ def test_a_release_that_lost_the_fix_is_a_regression_and_exits_one(tmp_path: Pat
     record = read(out, "run.json")
     assert record["command"] == "contains" and record["exit_code"] == 1 and record["regressions"] == 1
     assert "## Regressions (1)" in (out / "contains.md").read_text()
+    assert f"Run {record['started_at']}, exit code 1." in (out / "contains.html").read_text()
     cases = {c.name: c for suite in JUnitXml.fromfile(str(out / "junit.xml")) for c in suite}
     assert cases["0.5.22"].result[0].type == "regression" and cases["0.5.21"].is_passed
 
@@ -134,7 +135,7 @@ def test_every_release_carrying_the_fix_exits_zero_and_records_what_ran(tmp_path
         assert probe["observation"] == f"observations/1/{cell['release']}/tiny_door.json"
         assert read(out, probe["observation"])["source"]["version"] == cell["release"]
     page = (out / "contains.html").read_text()
-    assert 'href="observations/1/0.5.22/tiny_door.json"' in page
+    assert 'href="observations/1/0.5.22/tiny_door.json"' in page and ", exit code 0." in page
 
 
 def test_an_errored_probe_fails_the_run_though_no_release_lost_a_fix(tmp_path: Path) -> None:
@@ -284,7 +285,8 @@ def test_all_without_a_lock_is_refused_naming_the_missing_file(
     missing = tmp_path / "nowhere" / "releases.lock"
     out = tmp_path / "out"
     assert contains(m, out, "--all", "--lock-file", str(missing)) == 2
-    assert str(missing) in capsys.readouterr().err and not out.exists()
+    assert f"{missing}: no release lock; run `difflab releases --lock` first" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_all_refuses_a_release_the_lock_does_not_hold_naming_the_lock(
@@ -317,8 +319,15 @@ def test_a_missing_upstream_tests_folder_is_refused_before_anything_runs(
     assert str(tmp_path / "no-tests") in capsys.readouterr().err and not out.exists()
 
 
-def test_without_out_the_run_goes_under_the_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_out_the_run_goes_to_a_stamped_folder_under_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = matrix(tmp_path, KEPT)
     monkeypatch.chdir(tmp_path)
+    assert main(["contains", "--matrix", str(m), *FAST, "--release", "0.5.21"]) == 0
+    (folder,) = (tmp_path / "results").iterdir()
+    assert re.fullmatch(r"contains-\d{8}T\d{6}Z", folder.name)
+    assert verdicts(folder) == {("1", "0.5.21"): "present"}
     assert re.fullmatch(r"contains-\d{8}T\d{6}Z", contains_workflow.default_out().name)
     assert contains_workflow.default_out().parent == tmp_path / "results"
 
