@@ -205,8 +205,8 @@ def test_all_on_an_empty_lock_is_refused_naming_the_lock(tmp_path: Path, capsys:
     out = tmp_path / "out"
     assert contains(m, out, "--all", "--lock-file", str(lock)) == 2
     err = capsys.readouterr().err
-    assert f"no release to check in {lock} (run `difflab releases --lock` to pin new releases)" in err
-    assert " from " not in err and not out.exists()
+    assert f"no release to check in {lock} (run `difflab releases --lock` to pin new releases)\n" in err
+    assert not out.exists()
 
 
 def test_a_pre_release_pinned_in_the_matrix_is_marked_from_its_version(tmp_path: Path) -> None:
@@ -333,7 +333,7 @@ def test_without_out_the_run_goes_to_a_stamped_folder_under_the_results(
 
 
 # -- SGLang's own tests and the family ------------------------------------------------------------------------
-def test_the_fixes_own_tests_are_replayed_beside_each_cell(tmp_path: Path) -> None:
+def test_the_fixes_own_tests_are_replayed_beside_each_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The valid request's test passes on every release: it agrees with present and contradicts absent."""
     m = matrix(tmp_path, KEPT, with_upstream_tests(door_fix(), "test_a_valid_request_is_admitted"))
     folder = write_door_tests(tmp_path / "sglang-tests")
@@ -344,8 +344,12 @@ def test_the_fixes_own_tests_are_replayed_beside_each_cell(tmp_path: Path) -> No
     flag = "SGLang's tests disagree: test_a_valid_request_is_admitted passes here"
     assert cells["0.5.20"]["reason"].endswith(f"; {flag}")
     assert not any("disagree" in cells[r]["reason"] for r in ("0.5.21", "0.5.22"))
-    (replay,) = read(out, "upstream-tests.json")["fixes"]
-    assert DOOR_TESTS_FILE in json.dumps(replay)
+    replayed = read(out, "upstream-tests.json")
+    (replay,) = replayed["fixes"]
+    assert replayed["tests_dir"] == str(folder) and sorted(replay["sides"]) == list(KEPT)
+    assert [f["file"] for f in replay["files"]] == [DOOR_TESTS_FILE]
+    said = capsys.readouterr()
+    assert all(f"upstream tests on {r}: 2 test(s)" in said.out + said.err for r in KEPT)
     assert "## SGLang's own tests" in (out / "contains.md").read_text()
 
 
@@ -458,3 +462,78 @@ def test_the_shared_pins_are_every_exact_pin_of_both_requirement_files() -> None
         pins
     )
     assert pin_versions(nodeps.splitlines()) and pin_versions(main_text.splitlines())
+
+
+def _logged_environment(cache: Path, pins: tuple[str, ...], python: Path, log: Path) -> str:
+    """A ready environment of ``pins`` under ``cache`` whose python logs each start to ``log``; its digest."""
+    digest = SharedEnvironment(cache=cache, pins=pins).digest
+    root = cache / "envs" / f"cpu-{digest[:16]}"
+    (root / "bin").mkdir(parents=True)
+    wrapper = root / "bin" / "python"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{python}" "$@"\n')
+    wrapper.chmod(0o755)
+    (root / ".difflab-complete").write_text(digest + "\n")
+    return digest
+
+
+def test_every_release_and_its_own_tests_run_in_the_environment_planned_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every release needs other pins: two planned environments, the replay in the first; none in the shared one."""
+    needs = tmp_path / "needs.toml"
+    needs.write_text(
+        'schema = 1\n[[needs]]\nreleases = "<0.5.21"\nrequires = ["xgrammar<0.2"]\npins = ["xgrammar==0.1.0"]\n'
+        '[[needs]]\nreleases = ">=0.5.21"\nrequires = ["apache-tvm-ffi<0.1.5"]\npins = ["apache-tvm-ffi==0.1.0"]\n'
+    )
+    python = SharedEnvironment().python
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DIFFLAB_CACHE", str(cache))
+    logs = {name: tmp_path / f"{name}.log" for name in ("shared", "xgrammar", "tvm")}
+    digests = {
+        "shared": _logged_environment(cache, (), python, logs["shared"]),
+        "xgrammar": _logged_environment(cache, ("xgrammar==0.1.0",), python, logs["xgrammar"]),
+        "tvm": _logged_environment(cache, ("apache-tvm-ffi==0.1.0",), python, logs["tvm"]),
+    }
+    m = matrix(tmp_path, KEPT, with_upstream_tests(door_fix(), "test_a_rejected_request_is_refused"))
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    out = tmp_path / "out"
+    said = io.StringIO()
+    req = contains_workflow.ContainsRequest(
+        matrix=m, out=out, bundle=False, use_cache=False, runner="subprocess", upstream_tests=folder
+    )
+    outcome = contains_workflow.execute(req, Reporter(Console(file=said, width=400)), needs=load_needs(needs))
+    assert outcome.exit_code == 0
+    doc = read(out, "contains.json")
+    assert doc["environments"] == [
+        {"digest": digests["tvm"], "pins": ["apache-tvm-ffi==0.1.0"], "releases": ["0.5.21", "0.5.22"]},
+        {"digest": digests["xgrammar"], "pins": ["xgrammar==0.1.0"], "releases": ["0.5.20"]},
+    ]
+    assert {r["version"]: r["environment"] for r in doc["releases"]} == {
+        "0.5.20": digests["xgrammar"],
+        "0.5.21": digests["tvm"],
+        "0.5.22": digests["tvm"],
+    }
+    started = {name: log.read_text() if log.exists() else "" for name, log in logs.items()}
+    assert started["shared"] == ""
+    assert started["xgrammar"].count("difflab.probe.child") == 1 and "upstream_child" not in started["xgrammar"]
+    assert started["tvm"].count("difflab.probe.child") == 2 and started["tvm"].count("upstream_child") == 3
+    assert {c["release"]: c["upstream"]["agrees"] for c in doc["cells"]} == dict.fromkeys(KEPT, True)
+    text = said.getvalue()
+    assert all(f"upstream tests on {r}: 2 test(s)" in text for r in KEPT)
+
+
+HUNG_DOOR = '''def admit(req):
+    """A release whose door never answers."""
+    import time
+
+    time.sleep(3600)
+'''
+
+
+def test_a_release_whose_probe_hangs_is_an_error_at_the_timeout(tmp_path: Path) -> None:
+    m = matrix(tmp_path, {**KEPT, "0.5.23": HUNG_DOOR})
+    out = tmp_path / "out"
+    assert contains(m, out, "--release", "0.5.23", "--timeout", "1") == 1
+    (cell,) = read(out, "contains.json")["cells"]
+    assert cell["verdict"] == "error" and "probe hung: killed after 1 s" in cell["reason"]
+    assert read(out, "observations/1/0.5.23/tiny_door.json")["status"] == "error"
