@@ -37,6 +37,7 @@ from workflow_tree import (
     fix_entry,
     matrix_text,
     tiny_repo,
+    with_throughput,
     with_upstream_tests,
     write_door_tests,
     write_probes,
@@ -308,6 +309,62 @@ def test_selfcheck_ends_a_mutated_head_that_hangs_at_its_timeout(repo: TinyRepo,
     rows = {m["mutation"]: m for m in read(out, "selfcheck.json")["mutations"]}
     assert rows["drop-guard"]["outcome"] == "causal"
     assert rows["hang-at-door"]["outcome"] == "error" and "hung" in rows["hang-at-door"]["reason"]
+
+
+# -- run --throughput: the A/B's result joins the verdicts' exit code ---------------------------------------------
+QUICK_AB = {"rounds": 3, "sizes": (10, 40), "min_items": 5, "min_runs": 2, "max_items": 50}
+"""Three pairs of rounds: too few for any difference to be significant, so no ratio can fail the gate."""
+BARE_HUB = {"hub_preload": (), "server_preload": (), "learn": False}
+"""The warm back end without SGLang's imports (the tiny tree has none): a hub starts in well under a second."""
+
+
+def throughput_run(repo: TinyRepo, tmp_path: Path, *entries: str, fail_above: float | None = None):
+    options = ThroughputOptions(**QUICK_AB, fail_above=fail_above)
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, *entries),
+        out=tmp_path / "out",
+        runner="warm",
+        runner_options=BARE_HUB,
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+        throughput=options,
+    )
+    return run_workflow.execute(req), options
+
+
+def test_run_throughput_error_fails_the_run_though_every_verdict_passed(repo: TinyRepo, tmp_path: Path) -> None:
+    """Fix 2's benchmark raises on every run: an error, so exit 1 beside confirmed verdicts and fix 1's ratio."""
+    entries = (with_throughput(confirmed(repo)), with_throughput(confirmed(repo, "2"), "tiny_broken_bench"))
+    outcome, options = throughput_run(repo, tmp_path, *entries, fail_above=1.5)
+    assert [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok"), ("2", "error")]
+    assert "the door is gone" in outcome.throughput[1].reason
+    assert outcome.exit_code == 1 and [(v.id, v.passed) for v in outcome.verdicts] == [("1", True), ("2", True)]
+    out = outcome.out_dir
+    diff = read(out, "diff.json")
+    assert diff["passed"] is True and [t["status"] for t in (f["throughput"] for f in diff["fixes"])] == ["ok", "error"]
+    record = read(out, "run.json")
+    assert record["exit_code"] == 1 and record["throughput"] == options.record()
+    assert record["throughput"]["fail_above"] == 1.5 and record["throughput_wall_s"] >= 0
+    # the run's own details beside the A/B's
+    assert record["sides"] == ["base", "head"] and record["runner"]["name"] == "warm" and record["probes"]
+    summary = (out / "summary.md").read_text()
+    assert "## Throughput (CPU hot paths)" in summary and "fails beyond ×1.5" in summary
+
+
+def test_run_throughput_that_measured_every_fix_keeps_the_verdicts_exit_code(repo: TinyRepo, tmp_path: Path) -> None:
+    """Informational A/B (no factor): exit 0 when the verdicts pass, and still 1 when one does not."""
+    outcome, options = throughput_run(repo, tmp_path / "one", with_throughput(confirmed(repo)))
+    assert outcome.exit_code == 0 and [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok")]
+    record = read(outcome.out_dir, "run.json")
+    assert record["exit_code"] == 0 and record["throughput"] == options.record()
+    assert record["throughput"]["fail_above"] is None
+    assert "informational" in (outcome.out_dir / "summary.md").read_text()
+    entries = (with_throughput(confirmed(repo)), with_throughput(not_fixed(repo)))
+    outcome, _ = throughput_run(repo, tmp_path / "two", *entries)
+    assert [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok"), ("2", "ok")]
+    assert outcome.exit_code == 1 and read(outcome.out_dir, "run.json")["exit_code"] == 1
 
 
 # -- requests refused before anything runs ---------------------------------------------------------------------

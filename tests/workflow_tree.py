@@ -69,6 +69,59 @@ def observe(kit) -> dict:
 '''
 PROBES = {"tiny_door": DOOR_PROBE, "tiny_broken": BROKEN_PROBE}
 
+DOOR_BENCH = '''"""The tiny tree's door under load: a batch of requests (every fourth rejected) through ``admit``."""
+
+from types import SimpleNamespace
+
+from difflab.probe.bench import Workload
+
+
+class DoorLoad:
+    def __init__(self, n):
+        from sglang.door import admit
+
+        self.admit = admit
+        self.batch = [SimpleNamespace(rejected=i % 4 == 0) for i in range(max(1, n // 10))]
+
+    def setup(self):
+        pass
+
+    def run(self):
+        for req in self.batch:
+            self.admit(req)
+        return len(self.batch)
+
+    def teardown(self):
+        pass
+
+
+def workloads(kit):
+    return [Workload("door.admit", "requests", DoorLoad, "requests through the door")]
+'''
+BROKEN_BENCH = '''"""A throughput probe whose every run fails: an error, never a number."""
+
+from difflab.probe.bench import Workload
+
+
+class Fails:
+    def __init__(self, n):
+        pass
+
+    def setup(self):
+        pass
+
+    def run(self):
+        raise RuntimeError("the door is gone")
+
+    def teardown(self):
+        pass
+
+
+def workloads(kit):
+    return [Workload("door.gone", "requests", Fails)]
+'''
+THROUGHPUT_PROBES = {"tiny_door_bench": DOOR_BENCH, "tiny_broken_bench": BROKEN_BENCH}
+
 BUILDER_VERSION = "1"
 SIDES = {"base": BASE_DOOR, "head": HEAD_DOOR, "fork": FORK_DOOR}
 
@@ -134,7 +187,15 @@ def write_probes(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in PROBES.items():
         (folder / f"{name}.py").write_text(text)
+    (folder / "throughput").mkdir(exist_ok=True)
+    for name, text in THROUGHPUT_PROBES.items():
+        (folder / "throughput" / f"{name}.py").write_text(text)
     return folder
+
+
+def with_throughput(entry: str, probe: str = "tiny_door_bench") -> str:
+    """``entry`` timing its hot path with the throughput probe ``probe`` (``run --throughput``)."""
+    return entry + f'[fixes.throughput]\nprobe = "{probe}"\n'
 
 
 def fix_entry(
