@@ -169,6 +169,66 @@ def test_an_unavailable_side_is_judged_and_left_out_of_the_sources(repo: TinyRep
     assert set(read(outcome.out_dir, "run.json")["sources"]) == {repo.commits["base"][:12], repo.commits["head"][:12]}
 
 
+def test_a_run_replays_the_fixes_own_tests_and_says_whether_they_agree(repo: TinyRepo, tmp_path: Path) -> None:
+    entry = with_upstream_tests(confirmed(repo), "test_a_rejected_request_is_refused")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    text = io.StringIO()
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, entry, not_fixed(repo)),
+        out=tmp_path / "out",
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+        upstream_tests=folder,
+    )
+    outcome = run_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    assert outcome.exit_code == 1  # fix 2 is not fixed; its tests (none declared) change nothing
+    fixes = {f["id"]: f for f in read(outcome.out_dir, "diff.json")["fixes"]}
+    agreement = fixes["1"]["upstream_tests"]
+    assert agreement["agrees"] is True and "the fix's own: 1 fixed" in agreement["text"]
+    assert fixes["1"]["verdict"] == "confirmed" and "disagree" not in fixes["1"]["reason"]
+    assert fixes["2"]["verdict"] == "not-fixed"
+    record = read(outcome.out_dir, "run.json")
+    assert record["upstream_tests"]["dir"] == str(folder) and list(record["upstream_tests"]["files"]) == [
+        DOOR_TESTS_FILE
+    ]
+    assert read(outcome.out_dir, "upstream-tests.json")["tests_dir"] == str(folder)
+    assert "## SGLang's own tests" in (outcome.out_dir / "summary.md").read_text()
+    said = text.getvalue()
+    assert f"upstream tests #1: {agreement['text']}" in said and "upstream tests #2" not in said  # it declares none
+
+
+def test_a_run_flags_a_verdict_the_fixes_own_tests_contradict(repo: TinyRepo, tmp_path: Path) -> None:
+    """The valid request's test passes on the base too: it cannot tell the bug from the fix, so they disagree."""
+    entry = with_upstream_tests(confirmed(repo), "test_a_valid_request_is_admitted")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    out = tmp_path / "out"
+    code = git_run(repo, matrix(tmp_path, entry), out, "--upstream-tests", str(folder))
+    (fix,) = read(out, "diff.json")["fixes"]
+    assert fix["upstream_tests"]["agrees"] is False and "disagree" in fix["reason"]
+    assert code == read(out, "run.json")["exit_code"]
+
+
+def test_observe_ignores_the_upstream_tests_of_a_single_side(repo: TinyRepo, tmp_path: Path) -> None:
+    """One side has nothing to replay against: a missing folder is not even looked at."""
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, confirmed(repo)),
+        out=tmp_path / "cell",
+        sides=("head",),
+        runner="subprocess",
+        use_cache=False,
+        source_kind="git",
+        repo=str(repo.path),
+        upstream_tests=tmp_path / "no-such-tests",
+    )
+    outcome = run_workflow.execute(req)
+    assert outcome.exit_code == 0 and outcome.verdicts == []
+    assert "upstream_tests" not in read(outcome.out_dir, "run.json")
+    assert not (outcome.out_dir / "upstream-tests.json").exists()
+
+
 # -- run --selfcheck: the self-check's exit code joins the verdicts' --------------------------------------------
 def test_run_selfcheck_passes_when_the_verdicts_and_every_mutation_pass(repo: TinyRepo, tmp_path: Path) -> None:
     out = tmp_path / "out"
