@@ -1,4 +1,5 @@
-"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``backport``) on fixes that do NOT agree.
+"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``run --throughput``, ``backport``) on
+fixes that do NOT agree.
 
 Each command runs through :func:`difflab.cli.main` with the lab's real runner (``--backend subprocess``) on
 the tiny git repository of :mod:`workflow_tree`, so a run takes well under a second and these tests can
@@ -13,11 +14,13 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from difflab import stats
 from difflab.cli import main
 from difflab.errors import ConfigError
 from difflab.paths import default_results
@@ -263,6 +266,19 @@ def test_run_selfcheck_passing_does_not_hide_a_failed_verdict(repo: TinyRepo, tm
     assert check["passed"] is True and read(out, "run.json")["exit_code"] == 1
 
 
+def test_run_selfcheck_reverts_heads_only_and_ends_a_hanging_one_at_the_timeout(repo: TinyRepo, tmp_path: Path) -> None:
+    """Fix 3 has no head: nothing of it is mutated (never its base). Fix 1's hanging mutation ends at ``--timeout``."""
+    out = tmp_path / "out"
+    entries = (confirmed(repo, mutations=DROP_GUARD + HANGS), headless(repo))
+    assert git_run(repo, matrix(tmp_path, *entries), out, "--selfcheck", "--timeout", "1") == 1
+    rows = {(m["fix"], m["mutation"]): m for m in read(out, "selfcheck.json")["mutations"]}
+    assert rows[("1", "drop-guard")]["outcome"] == "causal"
+    hung = rows[("1", "hang-at-door")]
+    assert hung["outcome"] == "error" and "hung" in hung["reason"]
+    assert not (out / "selfcheck" / "3").exists()
+    assert all(m["head"] != repo.commits["base"][:12] for key, m in rows.items() if key[0] == "3")
+
+
 # -- selfcheck: every mutation judged, in the matrix's order, and all of them must pass ---------------------------
 def test_selfcheck_passes_on_one_causal_mutation_and_records_what_it_ran(repo: TinyRepo, tmp_path: Path) -> None:
     out = tmp_path / "check"
@@ -397,7 +413,9 @@ def throughput_run(repo: TinyRepo, tmp_path: Path, *entries: str, fail_above: fl
 def test_run_throughput_error_fails_the_run_though_every_verdict_passed(repo: TinyRepo, tmp_path: Path) -> None:
     """Fix 2's benchmark raises on every run: an error, so exit 1 beside confirmed verdicts and fix 1's ratio."""
     entries = (with_throughput(confirmed(repo)), with_throughput(confirmed(repo, "2"), "tiny_broken_bench"))
+    started = time.monotonic()
     outcome, options = throughput_run(repo, tmp_path, *entries, fail_above=1.5)
+    elapsed = time.monotonic() - started
     assert [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok"), ("2", "error")]
     assert "the door is gone" in outcome.throughput[1].reason
     assert outcome.exit_code == 1 and [(v.id, v.passed) for v in outcome.verdicts] == [("1", True), ("2", True)]
@@ -406,7 +424,9 @@ def test_run_throughput_error_fails_the_run_though_every_verdict_passed(repo: Ti
     assert diff["passed"] is True and [t["status"] for t in (f["throughput"] for f in diff["fixes"])] == ["ok", "error"]
     record = read(out, "run.json")
     assert record["exit_code"] == 1 and record["throughput"] == options.record()
-    assert record["throughput"]["fail_above"] == 1.5 and record["throughput_wall_s"] >= 0
+    assert record["throughput"]["fail_above"] == 1.5
+    wall = record["throughput_wall_s"]
+    assert isinstance(wall, float) and 0 <= wall <= elapsed  # the A/B's own time, within the run's
     # the run's own details beside the A/B's
     assert record["sides"] == ["base", "head"] and record["runner"]["name"] == "warm" and record["probes"]
     summary = (out / "summary.md").read_text()
@@ -456,6 +476,18 @@ def test_a_run_that_cannot_run_is_refused_before_it_starts(
         changes = {**changes, "upstream_tests": tmp_path / "sglang-tests"}
     req = run_workflow.RunRequest(matrix=matrix(tmp_path, confirmed(repo)), out=tmp_path / "out", **changes)
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        run_workflow.execute(req)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_throughput_run_without_the_stats_extra_is_refused_naming_the_flag(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stats, "missing", lambda: ["scipy"])
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, confirmed(repo)), out=tmp_path / "out", runner="warm", throughput=ThroughputOptions()
+    )
+    with pytest.raises(ConfigError, match=r"^--throughput needs scipy \(the \[stats\] extra\): "):
         run_workflow.execute(req)
     assert not (tmp_path / "out").exists()
 
