@@ -1,4 +1,5 @@
-"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``backport``) on fixes that do NOT agree.
+"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``run --throughput``, ``backport``) on
+fixes that do NOT agree.
 
 Each command runs through :func:`difflab.cli.main` with the lab's real runner (``--backend subprocess``) on
 the tiny git repository of :mod:`workflow_tree`, so a run takes well under a second and these tests can
@@ -13,11 +14,13 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from difflab import stats
 from difflab.cli import main
 from difflab.errors import ConfigError
 from difflab.paths import default_results
@@ -37,6 +40,7 @@ from workflow_tree import (
     fix_entry,
     matrix_text,
     tiny_repo,
+    with_throughput,
     with_upstream_tests,
     write_door_tests,
     write_probes,
@@ -168,6 +172,66 @@ def test_an_unavailable_side_is_judged_and_left_out_of_the_sources(repo: TinyRep
     assert set(read(outcome.out_dir, "run.json")["sources"]) == {repo.commits["base"][:12], repo.commits["head"][:12]}
 
 
+def test_a_run_replays_the_fixes_own_tests_and_says_whether_they_agree(repo: TinyRepo, tmp_path: Path) -> None:
+    entry = with_upstream_tests(confirmed(repo), "test_a_rejected_request_is_refused")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    text = io.StringIO()
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, entry, not_fixed(repo)),
+        out=tmp_path / "out",
+        runner="subprocess",
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+        upstream_tests=folder,
+    )
+    outcome = run_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    assert outcome.exit_code == 1  # fix 2 is not fixed; its tests (none declared) change nothing
+    fixes = {f["id"]: f for f in read(outcome.out_dir, "diff.json")["fixes"]}
+    agreement = fixes["1"]["upstream_tests"]
+    assert agreement["agrees"] is True and "the fix's own: 1 fixed" in agreement["text"]
+    assert fixes["1"]["verdict"] == "confirmed" and "disagree" not in fixes["1"]["reason"]
+    assert fixes["2"]["verdict"] == "not-fixed"
+    record = read(outcome.out_dir, "run.json")
+    assert record["upstream_tests"]["dir"] == str(folder) and list(record["upstream_tests"]["files"]) == [
+        DOOR_TESTS_FILE
+    ]
+    assert read(outcome.out_dir, "upstream-tests.json")["tests_dir"] == str(folder)
+    assert "## SGLang's own tests" in (outcome.out_dir / "summary.md").read_text()
+    said = text.getvalue()
+    assert f"upstream tests #1: {agreement['text']}" in said and "upstream tests #2" not in said  # it declares none
+
+
+def test_a_run_flags_a_verdict_the_fixes_own_tests_contradict(repo: TinyRepo, tmp_path: Path) -> None:
+    """The valid request's test passes on the base too: it cannot tell the bug from the fix, so they disagree."""
+    entry = with_upstream_tests(confirmed(repo), "test_a_valid_request_is_admitted")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    out = tmp_path / "out"
+    code = git_run(repo, matrix(tmp_path, entry), out, "--upstream-tests", str(folder))
+    (fix,) = read(out, "diff.json")["fixes"]
+    assert fix["upstream_tests"]["agrees"] is False and "disagree" in fix["reason"]
+    assert code == read(out, "run.json")["exit_code"]
+
+
+def test_observe_ignores_the_upstream_tests_of_a_single_side(repo: TinyRepo, tmp_path: Path) -> None:
+    """One side has nothing to replay against: a missing folder is not even looked at."""
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, confirmed(repo)),
+        out=tmp_path / "cell",
+        sides=("head",),
+        runner="subprocess",
+        use_cache=False,
+        source_kind="git",
+        repo=str(repo.path),
+        upstream_tests=tmp_path / "no-such-tests",
+    )
+    outcome = run_workflow.execute(req)
+    assert outcome.exit_code == 0 and outcome.verdicts == []
+    assert "upstream_tests" not in read(outcome.out_dir, "run.json")
+    assert not (outcome.out_dir / "upstream-tests.json").exists()
+
+
 # -- run --selfcheck: the self-check's exit code joins the verdicts' --------------------------------------------
 def test_run_selfcheck_passes_when_the_verdicts_and_every_mutation_pass(repo: TinyRepo, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -200,6 +264,19 @@ def test_run_selfcheck_passing_does_not_hide_a_failed_verdict(repo: TinyRepo, tm
     check = read(out, "selfcheck.json")
     assert [(m["fix"], m["outcome"]) for m in check["mutations"]] == [("1", "causal"), ("2", "causal")]
     assert check["passed"] is True and read(out, "run.json")["exit_code"] == 1
+
+
+def test_run_selfcheck_reverts_heads_only_and_ends_a_hanging_one_at_the_timeout(repo: TinyRepo, tmp_path: Path) -> None:
+    """Fix 3 has no head: nothing of it is mutated (never its base). Fix 1's hanging mutation ends at ``--timeout``."""
+    out = tmp_path / "out"
+    entries = (confirmed(repo, mutations=DROP_GUARD + HANGS), headless(repo))
+    assert git_run(repo, matrix(tmp_path, *entries), out, "--selfcheck", "--timeout", "1") == 1
+    rows = {(m["fix"], m["mutation"]): m for m in read(out, "selfcheck.json")["mutations"]}
+    assert rows[("1", "drop-guard")]["outcome"] == "causal"
+    hung = rows[("1", "hang-at-door")]
+    assert hung["outcome"] == "error" and "hung" in hung["reason"]
+    assert not (out / "selfcheck" / "3").exists()
+    assert all(m["head"] != repo.commits["base"][:12] for key, m in rows.items() if key[0] == "3")
 
 
 # -- selfcheck: every mutation judged, in the matrix's order, and all of them must pass ---------------------------
@@ -310,6 +387,66 @@ def test_selfcheck_ends_a_mutated_head_that_hangs_at_its_timeout(repo: TinyRepo,
     assert rows["hang-at-door"]["outcome"] == "error" and "hung" in rows["hang-at-door"]["reason"]
 
 
+# -- run --throughput: the A/B's result joins the verdicts' exit code ---------------------------------------------
+QUICK_AB = {"rounds": 3, "sizes": (10, 40), "min_items": 5, "min_runs": 2, "max_items": 50}
+"""Three pairs of rounds: too few for any difference to be significant, so no ratio can fail the gate."""
+BARE_HUB = {"hub_preload": (), "server_preload": (), "learn": False}
+"""The warm back end without SGLang's imports (the tiny tree has none): a hub starts in well under a second."""
+
+
+def throughput_run(repo: TinyRepo, tmp_path: Path, *entries: str, fail_above: float | None = None):
+    options = ThroughputOptions(**QUICK_AB, fail_above=fail_above)
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, *entries),
+        out=tmp_path / "out",
+        runner="warm",
+        runner_options=BARE_HUB,
+        use_cache=False,
+        bundle=False,
+        source_kind="git",
+        repo=str(repo.path),
+        throughput=options,
+    )
+    return run_workflow.execute(req), options
+
+
+def test_run_throughput_error_fails_the_run_though_every_verdict_passed(repo: TinyRepo, tmp_path: Path) -> None:
+    """Fix 2's benchmark raises on every run: an error, so exit 1 beside confirmed verdicts and fix 1's ratio."""
+    entries = (with_throughput(confirmed(repo)), with_throughput(confirmed(repo, "2"), "tiny_broken_bench"))
+    started = time.monotonic()
+    outcome, options = throughput_run(repo, tmp_path, *entries, fail_above=1.5)
+    elapsed = time.monotonic() - started
+    assert [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok"), ("2", "error")]
+    assert "the door is gone" in outcome.throughput[1].reason
+    assert outcome.exit_code == 1 and [(v.id, v.passed) for v in outcome.verdicts] == [("1", True), ("2", True)]
+    out = outcome.out_dir
+    diff = read(out, "diff.json")
+    assert diff["passed"] is True and [t["status"] for t in (f["throughput"] for f in diff["fixes"])] == ["ok", "error"]
+    record = read(out, "run.json")
+    assert record["exit_code"] == 1 and record["throughput"] == options.record()
+    assert record["throughput"]["fail_above"] == 1.5
+    wall = record["throughput_wall_s"]
+    assert isinstance(wall, float) and 0 <= wall <= elapsed  # the A/B's own time, within the run's
+    # the run's own details beside the A/B's
+    assert record["sides"] == ["base", "head"] and record["runner"]["name"] == "warm" and record["probes"]
+    summary = (out / "summary.md").read_text()
+    assert "## Throughput (CPU hot paths)" in summary and "fails beyond ×1.5" in summary
+
+
+def test_run_throughput_that_measured_every_fix_keeps_the_verdicts_exit_code(repo: TinyRepo, tmp_path: Path) -> None:
+    """Informational A/B (no factor): exit 0 when the verdicts pass, and still 1 when one does not."""
+    outcome, options = throughput_run(repo, tmp_path / "one", with_throughput(confirmed(repo)))
+    assert outcome.exit_code == 0 and [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok")]
+    record = read(outcome.out_dir, "run.json")
+    assert record["exit_code"] == 0 and record["throughput"] == options.record()
+    assert record["throughput"]["fail_above"] is None
+    assert "informational" in (outcome.out_dir / "summary.md").read_text()
+    entries = (with_throughput(confirmed(repo)), with_throughput(not_fixed(repo)))
+    outcome, _ = throughput_run(repo, tmp_path / "two", *entries)
+    assert [(r.fix, r.status) for r in outcome.throughput] == [("1", "ok"), ("2", "ok")]
+    assert outcome.exit_code == 1 and read(outcome.out_dir, "run.json")["exit_code"] == 1
+
+
 # -- requests refused before anything runs ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("changes", "message"),
@@ -339,6 +476,18 @@ def test_a_run_that_cannot_run_is_refused_before_it_starts(
         changes = {**changes, "upstream_tests": tmp_path / "sglang-tests"}
     req = run_workflow.RunRequest(matrix=matrix(tmp_path, confirmed(repo)), out=tmp_path / "out", **changes)
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        run_workflow.execute(req)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_throughput_run_without_the_stats_extra_is_refused_naming_the_flag(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stats, "missing", lambda: ["scipy"])
+    req = run_workflow.RunRequest(
+        matrix=matrix(tmp_path, confirmed(repo)), out=tmp_path / "out", runner="warm", throughput=ThroughputOptions()
+    )
+    with pytest.raises(ConfigError, match=r"^--throughput needs scipy \(the \[stats\] extra\): "):
         run_workflow.execute(req)
     assert not (tmp_path / "out").exists()
 

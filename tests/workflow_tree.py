@@ -16,10 +16,12 @@ SHAs never move), like :mod:`fork_corpus`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
 import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,59 @@ def observe(kit) -> dict:
     return {"rejected.admitted": False}
 '''
 PROBES = {"tiny_door": DOOR_PROBE, "tiny_broken": BROKEN_PROBE}
+
+DOOR_BENCH = '''"""The tiny tree's door under load: a batch of requests (every fourth rejected) through ``admit``."""
+
+from types import SimpleNamespace
+
+from difflab.probe.bench import Workload
+
+
+class DoorLoad:
+    def __init__(self, n):
+        from sglang.door import admit
+
+        self.admit = admit
+        self.batch = [SimpleNamespace(rejected=i % 4 == 0) for i in range(max(1, n // 10))]
+
+    def setup(self):
+        pass
+
+    def run(self):
+        for req in self.batch:
+            self.admit(req)
+        return len(self.batch)
+
+    def teardown(self):
+        pass
+
+
+def workloads(kit):
+    return [Workload("door.admit", "requests", DoorLoad, "requests through the door")]
+'''
+BROKEN_BENCH = '''"""A throughput probe whose every run fails: an error, never a number."""
+
+from difflab.probe.bench import Workload
+
+
+class Fails:
+    def __init__(self, n):
+        pass
+
+    def setup(self):
+        pass
+
+    def run(self):
+        raise RuntimeError("the door is gone")
+
+    def teardown(self):
+        pass
+
+
+def workloads(kit):
+    return [Workload("door.gone", "requests", Fails)]
+'''
+THROUGHPUT_PROBES = {"tiny_door_bench": DOOR_BENCH, "tiny_broken_bench": BROKEN_BENCH}
 
 BUILDER_VERSION = "1"
 SIDES = {"base": BASE_DOOR, "head": HEAD_DOOR, "fork": FORK_DOOR}
@@ -132,7 +187,15 @@ def write_probes(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in PROBES.items():
         (folder / f"{name}.py").write_text(text)
+    (folder / "throughput").mkdir(exist_ok=True)
+    for name, text in THROUGHPUT_PROBES.items():
+        (folder / "throughput" / f"{name}.py").write_text(text)
     return folder
+
+
+def with_throughput(entry: str, probe: str = "tiny_door_bench") -> str:
+    """``entry`` timing its hot path with the throughput probe ``probe`` (``run --throughput``)."""
+    return entry + f'[fixes.throughput]\nprobe = "{probe}"\n'
 
 
 def fix_entry(
@@ -254,3 +317,53 @@ def with_upstream_tests(entry: str, own: str) -> str:
     """``entry`` declaring the door's test file, with ``own`` as the fix's own test."""
     declared = f'upstream_tests = [{{ file = "{DOOR_TESTS_FILE}", own = ["{own}"] }}]\n'
     return entry.replace("[[fixes.probes]]", declared + "[[fixes.probes]]", 1)
+
+
+# -- release wheels of the tiny tree (``difflab contains``) ------------------------------------------------
+WHEEL_DATE = (2026, 1, 1, 12, 0, 0)
+
+
+def _wheel_members(version: str, door: str) -> dict[str, bytes]:
+    return {
+        "sglang/__init__.py": b'"""A lab fixture shaped like SGLang\'s package, not SGLang\'s code."""\n',
+        "sglang/version.py": f'__version__ = "{version}"\n'.encode(),
+        "sglang/door.py": door.encode(),
+    }
+
+
+def door_wheel(version: str, door: str) -> tuple[str, str]:
+    """A wheel of the tiny tree's package as release ``version``, in the lab's wheel cache: (file, sha256).
+
+    The file name carries a content key, so it never meets a real SGLang wheel of that version in the
+    cache; the release back end finds it there, checks its sha256 and RECORD, and downloads nothing.
+    """
+    members = _wheel_members(version, door)
+    key = hashlib.sha256((BUILDER_VERSION + version + door).encode()).hexdigest()[:12]
+    name = f"sglang-{version}-py3-none-tinydoor{key}.whl"
+    rows = [
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for n, d in members.items()
+    ]
+    info = f"sglang-{version}.dist-info"
+    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n".encode()
+    members[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
+    wheels = cache_root() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    path = wheels / name
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            tmp = path.with_name(f".{name}.tmp")
+            with zipfile.ZipFile(tmp, "w") as zf:
+                for member, data in members.items():
+                    zf.writestr(zipfile.ZipInfo(member, WHEEL_DATE), data)
+            os.replace(tmp, path)
+    return name, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def release_table(doors: dict[str, str]) -> str:
+    """A matrix's ``[releases]`` pinning one tiny door wheel per version (``{version: door}``)."""
+    text = "\nschema = 1\n"
+    for version, door in doors.items():
+        file, sha = door_wheel(version, door)
+        text += f'[releases."{version}"]\nfile = "{file}"\nsha256 = "{sha}"\n'
+    return text
