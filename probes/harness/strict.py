@@ -171,9 +171,9 @@ def _strict_class(
         return answers.read(obj, item)
 
     namespace: dict[str, Any] = {"__getattr__": missing, "__module__": cls.__module__}
-    for key, class_value in _reader().shadowed_class_values(cls).items():
-        if key not in given:
-            namespace[key] = _ConstructorDefault(kit, cls, name, key, class_value)
+    for attribute, class_value in _reader().shadowed_class_values(cls).items():
+        if attribute not in given:
+            namespace[attribute] = _ConstructorDefault(kit, cls, name, attribute, class_value)
     namespace.update(class_attrs)
     strict_cls = type(cls.__name__, (cls,), namespace)
     strict_cls.__qualname__ = cls.__qualname__
