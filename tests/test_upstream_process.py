@@ -38,6 +38,13 @@ sys.stdout.buffer.write(b"not text: \\xff\\n")
 sys.stdout.flush()
 time.sleep(30)  # far longer than its timeout
 """
+HANGS_ON_STDERR = """import os
+import sys
+import time
+
+print("waiting", os.getpid(), "on stderr", file=sys.stderr, flush=True)
+time.sleep(30)
+"""
 STEP = """import unittest
 import time
 from pathlib import Path
@@ -119,22 +126,29 @@ def test_a_hung_test_process_is_killed_after_its_timeout_with_what_it_wrote(
     """The timeout grows with the files the process runs: 3 s, and 1.5 s for each of the two here.
 
     Generous: a loaded machine starts Python slowly, and what it printed before the kill is checked.
+    One process writes to its output only, the other to its error stream only; both run at once.
     """
     monkeypatch.setattr(process, "BASE_TIMEOUT_S", 3.0)
     monkeypatch.setattr(process, "PER_FILE_S", 1.5)
-    src = fakes.fake_source(tmp_path / "src", "src", fixed=True)
-    files = [_file(tmp_path / "tests", HUNG, HANGS), _file(tmp_path / "tests", SECOND, "import unittest\n")]
-    (job,) = plan([(src, f) for f in files])
+    jobs: list[Job] = []
+    for label, text in (("out", HANGS), ("err", HANGS_ON_STDERR)):
+        src = fakes.fake_source(tmp_path / label, label, fixed=True)
+        tests = tmp_path / f"tests-{label}"
+        jobs += plan([(src, f) for f in (_file(tests, HUNG, text), _file(tests, SECOND, "import unittest\n"))])
     env = BarePython(bare.parents[2] / "cache", bare)
     started = time.perf_counter()
-    (job,) = run_jobs([job], env, workers=1)  # type: ignore[arg-type]
+    done = run_jobs(jobs, env, workers=2)  # type: ignore[arg-type]
     took = time.perf_counter() - started
-    assert (job.status, job.error, job.tests) == ("error", "upstream tests hung: killed after 6 s", [])
-    waiting = re.fullmatch(r"waiting (\d+)\nnot text: \ufffd\n", job.log)
-    assert waiting is not None, f"its own output, as text: {job.log!r}"
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(waiting[1]), 0)  # killed and waited for: nothing left behind
-    assert 6.0 <= job.duration_s <= took, "it ran until it was killed, and no longer than the call"
+    assert [(j.source.label, j.status, j.error, j.tests) for j in done] == [
+        (label, "error", "upstream tests hung: killed after 6 s", []) for label in ("out", "err")
+    ]
+    out = re.fullmatch(r"waiting (\d+)\nnot text: \ufffd\n", done[0].log)
+    err = re.fullmatch(r"waiting (\d+) on stderr\n", done[1].log)
+    assert out is not None and err is not None, f"their own output, as text: {[j.log for j in done]!r}"
+    for pid in (out[1], err[1]):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)  # killed and waited for: nothing left behind
+    assert all(6.0 <= j.duration_s <= took for j in done), "each ran until it was killed, and no longer than the call"
 
 
 def test_with_one_worker_the_processes_run_one_after_the_other(tmp_path: Path, bare: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from difflab.errors import EnvironmentSetupError
+from difflab.upstream_tests import staging
 from difflab.upstream_tests.staging import MARKER, closure, digest, stage_pytest, versions
 
 
@@ -69,8 +70,10 @@ def test_a_required_distribution_that_is_not_installed_stops_the_staging_with_wh
 ) -> None:
     with pytest.raises(EnvironmentSetupError) as raised:
         closure("lab-broken")
-    assert str(raised.value).startswith("not-here is not installed in the lab's environment; ")
-    assert str(raised.value).endswith("(pip install pytest)")
+    assert str(raised.value) == (
+        "not-here is not installed in the lab's environment; it is needed to run SGLang's "
+        "pytest-style test files (pip install pytest)"
+    )
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
@@ -113,3 +116,22 @@ def test_a_staged_pytest_is_staged_once_and_again_once_it_is_gone(tmp_path: Path
     shutil.rmtree(staged)
     assert stage_pytest(tmp_path) == staged and (staged / MARKER).is_file()
     assert (staged / "pytest" / "__init__.py").is_file()
+
+
+def test_a_copy_another_process_staged_first_is_kept_for_whoever_is_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process finishes staging while this one is still copying: the first copy stays."""
+    target = tmp_path / "childlib-pytest" / digest(closure())[:16]
+    copy = shutil.copyfile
+
+    def racing(source: Path, dest: Path) -> object:
+        if not target.exists():
+            target.mkdir(parents=True)
+            (target / MARKER).write_text("staged by another process\n")
+        return copy(source, dest)
+
+    monkeypatch.setattr(staging.shutil, "copyfile", racing)
+    assert stage_pytest(tmp_path) == target
+    assert (target / MARKER).read_text() == "staged by another process\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name], "this one's copy discarded"
