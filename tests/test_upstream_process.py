@@ -45,10 +45,13 @@ import time
 print("waiting", os.getpid(), "on stderr", file=sys.stderr, flush=True)
 time.sleep(30)
 """
-STEP = """import unittest
+STEP = """import os
+import sys
 import time
+import unittest
 from pathlib import Path
 
+print("bytecode in", os.environ["PYTHONPYCACHEPREFIX"], file=sys.{stream}, flush=True)
 LOG = Path({log!r})
 with LOG.open("a") as f:
     f.write("start {label}\\n")
@@ -154,13 +157,31 @@ def test_a_hung_test_process_is_killed_after_its_timeout_with_what_it_wrote(
 def test_with_one_worker_the_processes_run_one_after_the_other(tmp_path: Path, bare: Path) -> None:
     log = tmp_path / "order.log"
     jobs: list[Job] = []
-    for label in ("base", "head"):
+    for label, stream in (("base", "stdout"), ("head", "stderr")):
         src = fakes.fake_source(tmp_path / label, label, fixed=label == "head")
-        text = STEP.format(log=str(log), label=label)
+        text = STEP.format(log=str(log), label=label, stream=stream)
         jobs += plan([(src, _file(tmp_path / f"tests-{label}", SECOND, text))])
-    done = run_jobs(jobs, BarePython(bare.parents[2] / "cache", bare), None, workers=1)  # type: ignore[arg-type]
-    assert [(j.source.label, j.status, _outcomes(j)) for j in done] == [
-        (label, "ok", {f"{SECOND}::TestStep::test_step": ["passed"]}) for label in ("base", "head")
+    env = BarePython(bare.parents[2] / "cache", bare)
+    done = run_jobs(jobs, env, None, workers=1)  # type: ignore[arg-type]
+    passed = {f"{SECOND}::TestStep::test_step": ["passed"]}
+    assert [(j.source.label, j.status, j.error, _outcomes(j), j.log) for j in done] == [
+        # the bytecode of each build under the environment's cache; one stream or the other
+        (label, "ok", None, passed, f"bytecode in {env.cache / 'pycache'}{tmp_path / label}\n")
+        for label in ("base", "head")
     ]
     assert log.read_text().splitlines() == ["start base", "end base", "start head", "end head"]
     assert all(j.duration_s >= 0.5 for j in done), "each ran at least its own file"
+
+
+def test_a_test_process_that_exits_without_a_result_is_an_error_with_its_exit_code(tmp_path: Path, bare: Path) -> None:
+    src = fakes.fake_source(tmp_path / "src", "src", fixed=True)
+    leaves = "import os\nimport sys\n\nprint('Fatal Python error: Aborted', file=sys.stderr, flush=True)\nos._exit(7)\n"
+    (job,) = run_jobs(
+        plan([(src, _file(tmp_path / "tests", SECOND, leaves))]), BarePython(bare.parents[2] / "cache", bare)
+    )  # type: ignore[arg-type]
+    assert (job.status, job.error, job.tests, job.log) == (
+        "error",
+        "test process died (exit 7)\nFatal Python error: Aborted",
+        [],
+        "Fatal Python error: Aborted\n",
+    )
