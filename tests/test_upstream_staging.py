@@ -135,3 +135,23 @@ def test_a_copy_another_process_staged_first_is_kept_for_whoever_is_reading_it(
     assert stage_pytest(tmp_path) == target
     assert (target / MARKER).read_text() == "staged by another process\n"
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name], "this one's copy discarded"
+
+
+def test_a_distribution_whose_folders_hold_only_folders_is_staged_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace package: ``lab_ns/`` and ``lab_ns/inner/`` hold no file of their own."""
+    site = tmp_path / "site"
+    dist = _dist(site, "lab-ns", "1.0")
+    files = {"lab_ns/inner/deep/mod.py": "VALUE = 1\n", "lab_ns/inner/other/data.txt": "kept\n"}
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    records = [*files, "lab_ns-1.0.dist-info/METADATA", "lab_ns-1.0.dist-info/RECORD"]
+    (site / "lab_ns-1.0.dist-info" / "RECORD").write_text("".join(f"{r},,\n" for r in records))
+    monkeypatch.setattr(staging, "closure", lambda: [dist])
+    staged = stage_pytest(tmp_path / "cache")
+    assert staged == tmp_path / "cache" / "childlib-pytest" / digest([dist])[:16]
+    assert {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()} == {*records, MARKER}
+    assert (staged / "lab_ns/inner/deep/mod.py").read_text() == "VALUE = 1\n"
+    assert (staged / MARKER).read_text() == "lab-ns==1.0\n"
