@@ -94,6 +94,11 @@ def plan(needs: Sequence[tuple[MaterialisedSource, TestFile]]) -> list[Job]:
     return jobs
 
 
+def _text(output: str | bytes | None) -> str:
+    """What a killed process wrote: ``TimeoutExpired`` holds bytes even for a text-mode run."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
 def run_job(job: Job, env: SharedEnvironment, pytest_path: Path | None) -> Job:
     started = time.perf_counter()
     timeout = BASE_TIMEOUT_S + PER_FILE_S * len(job.files)
@@ -116,7 +121,7 @@ def run_job(job: Job, env: SharedEnvironment, pytest_path: Path | None) -> Job:
             else:
                 job.status, job.error = "error", f"test process died (exit {proc.returncode})\n{tail(job.log)}"
         except subprocess.TimeoutExpired as exc:
-            job.log = str(exc.stdout or "") + str(exc.stderr or "")
+            job.log = _text(exc.stdout) + _text(exc.stderr)
             job.status, job.error = "error", f"upstream tests hung: killed after {timeout:.0f} s"
     job.duration_s = time.perf_counter() - started
     return job
