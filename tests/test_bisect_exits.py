@@ -172,6 +172,11 @@ def scratch_of(history: DoorHistory) -> Path:
     return cache_root() / "git" / "scratch" / Mirror(str(history.path)).key
 
 
+def left_behind(history: DoorHistory) -> list[Path]:
+    """This process's bisect worktree and step log, if any is left (other workers bisect beside it)."""
+    return sorted(scratch_of(history).glob(f"bisect-{os.getpid()}*"))
+
+
 def bisect(history: DoorHistory, tmp_path: Path, good: str, bad: str, fix: str = "1", *extra: str) -> list[str]:
     path = matrix(tmp_path, history)
     argv = ["bisect", "--repo", str(history.path), "--good", good, "--bad", bad, "--fix", fix, "--matrix", str(path)]
@@ -195,7 +200,7 @@ def test_bisect_names_the_fix_as_the_first_commit_behaving_like_its_head(
     assert answers and set(answers) <= {c["notes-1"], c["notes-2"], c["fix"], c["notes-3"]}
     assert all(answers[sha] == ("bad" if sha in (c["fix"], c["notes-3"]) else "good") for sha in answers)
     assert result["candidates"] == [] and result["output"] is None
-    assert not scratch_of(history).exists() or not any(scratch_of(history).iterdir())
+    assert left_behind(history) == []
 
 
 def test_bisect_from_a_head_like_good_finds_the_commit_that_lost_the_fix(
@@ -240,7 +245,7 @@ def test_endpoints_that_behave_alike_or_cannot_be_placed_are_refused_before_bise
     err = capsys.readouterr().err
     assert f"--good {c['base']}: behaviour is " in err and "for fix '2' (" in err
     assert "it must behave like the fix's base or head" in err
-    assert not scratch_of(history).exists() or not any(scratch_of(history).iterdir())
+    assert left_behind(history) == []
 
 
 def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
@@ -253,7 +258,7 @@ def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
     req = BisectRequest(load_matrix(path).fix("1"), path, c["base"], c["notes-4"])
     with pytest.raises(SourceError, match=r"^git bisect run failed \(exit [1-9]\d*\): "):
         run_bisect(req, repository(str(history.path)), say=lambda _m: None)
-    assert not scratch_of(history).exists() or not any(scratch_of(history).iterdir())
+    assert left_behind(history) == []
 
 
 def test_a_log_left_by_an_earlier_bisection_is_not_read_as_this_ones_steps(
@@ -268,7 +273,7 @@ def test_a_log_left_by_an_earlier_bisection_is_not_read_as_this_ones_steps(
     req = BisectRequest(load_matrix(path).fix("1"), path, c["notes-2"], c["notes-3"], timeout_s=60)
     result = run_bisect(req, repository(str(history.path)), say=Reporter(Console(file=text, width=400)).say)
     assert result.first == c["fix"] and [s["commit"] for s in result.steps] == [c["fix"]]
-    assert not stale.exists()
+    assert not stale.exists() and left_behind(history) == []
 
 
 def test_the_step_command_carries_the_request(history: DoorHistory, tmp_path: Path) -> None:
