@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,9 @@ def test_a_step_answers_by_the_good_side_and_logs_each_answer(
     path, log = matrix(tmp_path, history), tmp_path / "steps.jsonl"
     args = ["--matrix", str(path), "--fix", "1", "--log", str(log)]
     base = checkout("notes-1")
+    started = time.perf_counter()
     assert step([*args, "--good-like", "base"]) == GOOD
+    elapsed = time.perf_counter() - started
     fix = checkout("fix")
     assert step([*args, "--good-like", "base"]) == BAD
     assert step([*args, "--good-like", "head"]) == GOOD  # looking for the commit that lost the fix
@@ -113,6 +116,7 @@ def test_a_step_answers_by_the_good_side_and_logs_each_answer(
         *["door: retire an intake-rejected request (#1)"] * 2,
     ]
     assert all(isinstance(s["duration_s"], float) and s["duration_s"] >= 0 for s in lines)
+    assert lines[0]["duration_s"] <= elapsed + 0.001  # the step's own probing, within the call (rounded to ms)
     assert said == [
         f"difflab bisect: {s['commit'][:12]} behaves like {s['like']}: {s['answer']} ({s['reason']})" for s in lines
     ]
@@ -259,6 +263,38 @@ def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
     with pytest.raises(SourceError, match=r"^git bisect run failed \(exit [1-9]\d*\): "):
         run_bisect(req, repository(str(history.path)), say=lambda _m: None)
     assert left_behind(history) == []
+
+
+def test_a_failed_bisection_says_the_tail_of_gits_output(
+    history: DoorHistory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that prints a lot before it aborts: the error keeps the last 2000 characters, where git says why."""
+    noisy = [sys.executable, "-c", f"print('x' * 3000 + 'END'); raise SystemExit({ABORT})"]
+    monkeypatch.setattr(bisect_workflow, "_step_command", lambda *a: noisy)
+    c = history.commits
+    path = matrix(tmp_path, history)
+    req = BisectRequest(load_matrix(path).fix("1"), path, c["base"], c["notes-4"])
+    with pytest.raises(SourceError) as err:
+        run_bisect(req, repository(str(history.path)), say=lambda _m: None)
+    prefix, _, tail = str(err.value).partition("): ")
+    assert prefix.startswith("git bisect run failed (exit ") and len(tail) == 2000 and "END" in tail
+
+
+def test_git_in_a_folder_names_the_failed_command_and_what_git_said(tmp_path: Path) -> None:
+    git = bisect_workflow._git_in(tmp_path)
+    with pytest.raises(SourceError) as err:
+        git("rev-parse", "--verify", "HEAD")
+    assert str(err.value).startswith("git rev-parse --verify HEAD: fatal: not a git repository")
+    proc = git("rev-parse", "--verify", "HEAD", check=False)
+    assert proc.returncode != 0 and "not a git repository" in proc.stderr
+    assert git("--version").stdout.startswith("git version ")
+
+
+def test_an_endpoint_git_cannot_find_is_named_by_its_flag(
+    history: DoorHistory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(bisect(history, tmp_path, "no-such-ref", history.commits["fix"])) == 2
+    assert "--good no-such-ref" in capsys.readouterr().err
 
 
 def test_a_log_left_by_an_earlier_bisection_is_not_read_as_this_ones_steps(
