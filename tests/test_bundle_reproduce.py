@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -387,3 +388,36 @@ def test_a_signed_git_bundle_reruns_from_its_recorded_repository(tmp_path: Path)
     ran: list[RerunSpec] = []
     assert reproduce(run_dir, trust.build(key_files=[public]), executor=replaying(seen=ran)).matches
     assert [(s.source_kind, s.repo, s.runner) for s in ran] == [("git", "/their/sglang", "docker")]
+
+
+def test_a_bundle_signed_by_a_key_nobody_trusts_is_refused(tmp_path: Path) -> None:
+    private, _ = make_key(tmp_path / "theirs")
+    _, mine = make_key(tmp_path / "mine", "mine")
+    run_dir = sealed(tmp_path, private)[0]
+    ran: list[RerunSpec] = []
+    with pytest.raises(VerificationFailed, match="^refusing to reproduce a bundle that does not verify:"):
+        reproduce(run_dir, trust.build(key_files=[mine]), executor=replaying(seen=ran))
+    assert ran == []
+
+
+def test_skipping_signatures_with_a_kept_rerun_still_needs_the_repository(tmp_path: Path) -> None:
+    crafted = _git_bundle(tmp_path, "/their/sglang")
+    ran: list[RerunSpec] = []
+    with pytest.raises(ConfigError, match=r"^--skip-signatures: this bundle re-runs git commits"):
+        reproduce(crafted, None, out=tmp_path / "rerun", executor=replaying(seen=ran), overrides=HERMETIC)
+    assert ran == [] and not (tmp_path / "rerun").exists()
+
+
+def test_a_rerun_without_out_goes_to_a_named_temporary_folder_removed_afterwards(
+    bundle: Bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, policy = bundle
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    seen: list[RerunSpec] = []
+    report = reproduce(run_dir, policy, executor=replaying(seen=seen))
+    (spec,) = seen
+    assert spec.out.name == "rerun" and spec.out.parent.parent == scratch
+    assert spec.out.parent.name.startswith("difflab-reproduce-")
+    assert report.matches and report.rerun_dir is None and list(scratch.iterdir()) == []
