@@ -157,6 +157,61 @@ def test_a_step_that_cannot_ask_aborts_the_bisection_and_logs_nothing(
     assert "fix '1' has no probe(s) ['nope'] (known: ['tiny_door'])" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("drop", "change", "said"),
+    [
+        ("--matrix", None, "the following arguments are required: --matrix"),
+        ("--fix", None, "the following arguments are required: --fix"),
+        ("--good-like", None, "the following arguments are required: --good-like"),
+        (None, ("--good-like", "fork"), "argument --good-like: invalid choice: 'fork' (choose from 'base', 'head')"),
+    ],
+)
+def test_bad_arguments_abort_the_bisection_never_answer_bad(
+    history: DoorHistory,
+    tmp_path: Path,
+    checkout,
+    capsys: pytest.CaptureFixture[str],
+    drop: str | None,
+    change: tuple[str, str] | None,
+    said: str,
+) -> None:
+    """argparse's own exit status (2) would read as "bad commit" to git bisect: a bad argument is 128."""
+    given = {"--matrix": str(matrix(tmp_path, history)), "--fix": "1", "--good-like": "base"}
+    given.pop(drop, None)
+    if change:
+        given[change[0]] = change[1]
+    checkout("fix")
+    assert step([part for item in given.items() for part in item]) == ABORT
+    err = capsys.readouterr().err
+    assert err == f"bisect step failed: python -m difflab.workflows.bisect_step: {said}\n"
+
+
+def test_a_step_reads_the_matrix_and_log_paths_the_way_the_shell_would_have(
+    history: DoorHistory, tmp_path: Path, checkout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--matrix=~/...`` reaches the step unexpanded by the shell: the step expands it."""
+    monkeypatch.setenv("DIFFLAB_CACHE", str(cache_root()))  # the lab's cache (its environment) stays where it is
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = matrix(tmp_path / "home", history)
+    checkout("fix")
+    log = "~/steps.jsonl"
+    assert step(["--matrix=~/matrix/upstream.toml", "--fix", "1", "--good-like", "base", f"--log={log}"]) == BAD
+    assert path.is_file() and json.loads((tmp_path / "home" / "steps.jsonl").read_text())["answer"] == "bad"
+
+
+def test_a_step_outside_a_git_checkout_aborts(
+    history: DoorHistory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No commit to place: the lab's failure (128), never a skip that git would step past."""
+    path = matrix(tmp_path, history)
+    bare = tmp_path / "not-a-checkout"
+    (bare / "python" / "sglang").mkdir(parents=True)
+    monkeypatch.chdir(bare)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert step(["--matrix", str(path), "--fix", "1", "--good-like", "base"]) == ABORT
+    assert "bisect step failed: " in capsys.readouterr().err
+
+
 def test_the_probes_named_are_chosen_in_the_order_named(history: DoorHistory, tmp_path: Path) -> None:
     matrix_ = load_matrix(matrix(tmp_path, history))
     fix = matrix_.fix("2")
