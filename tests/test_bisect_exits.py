@@ -293,6 +293,25 @@ def test_bisect_lists_the_candidates_when_a_skipped_commit_leaves_it_open(
     assert f"  {c['unpackaged']}" in said and f"  {c['repackaged']}" in said
 
 
+def test_bisect_asks_only_the_probes_named(
+    history: DoorHistory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fix 2's second probe cannot run: with ``--probe tiny_door`` alone the endpoints are placed, and the fix found."""
+    c = history.commits
+    assert cli(bisect(history, tmp_path, c["notes-1"], c["notes-4"], "2", "--probe", "tiny_door", "--json")) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["first"] == c["fix"] and all(s["answer"] in ("good", "bad") for s in result["steps"])
+
+
+def test_an_endpoint_whose_probe_hangs_ends_at_the_timeout_and_is_refused(
+    history: DoorHistory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = history.commits
+    assert cli(bisect(history, tmp_path, c["base"], c["fix"], "3", "--timeout", "1")) == 2
+    err = capsys.readouterr().err
+    assert f"--good {c['base']}: behaviour is " in err and "it must behave like the fix's base or head" in err
+
+
 def test_endpoints_that_behave_alike_or_cannot_be_placed_are_refused_before_bisecting(
     history: DoorHistory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -310,13 +329,15 @@ def test_endpoints_that_behave_alike_or_cannot_be_placed_are_refused_before_bise
 def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
     history: DoorHistory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    aborts = [sys.executable, "-c", f"raise SystemExit({ABORT})"]
+    says = "import sys; print('bisect step failed: the environment is broken', file=sys.stderr)"
+    aborts = [sys.executable, "-c", f"{says}; raise SystemExit({ABORT})"]
     monkeypatch.setattr(bisect_workflow, "_step_command", lambda *a: aborts)
     c = history.commits
     path = matrix(tmp_path, history)
     req = BisectRequest(load_matrix(path).fix("1"), path, c["base"], c["notes-4"])
-    with pytest.raises(SourceError, match=r"^git bisect run failed \(exit [1-9]\d*\): "):
+    with pytest.raises(SourceError, match=r"^git bisect run failed \(exit [1-9]\d*\): ") as err:
         run_bisect(req, repository(str(history.path)), say=lambda _m: None)
+    assert "bisect step failed: the environment is broken" in str(err.value)  # what the step said, on its stderr
     assert left_behind(history) == []
 
 
@@ -333,6 +354,27 @@ def test_a_failed_bisection_says_the_tail_of_gits_output(
         run_bisect(req, repository(str(history.path)), say=lambda _m: None)
     prefix, _, tail = str(err.value).partition("): ")
     assert prefix.startswith("git bisect run failed (exit ") and len(tail) == 2000 and "END" in tail
+
+
+def test_a_word_a_step_prints_is_never_taken_for_a_candidate(
+    history: DoorHistory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit skipped: the candidates are git's list of commits, not the steps' own one-word lines."""
+    skips = [sys.executable, "-c", f"print('undetermined'); raise SystemExit({SKIP})"]
+    monkeypatch.setattr(bisect_workflow, "_step_command", lambda *a: skips)
+    c = history.commits
+    path = matrix(tmp_path, history)
+    req = BisectRequest(load_matrix(path).fix("1"), path, c["base"], c["notes-4"])
+    result = run_bisect(req, repository(str(history.path)), say=lambda _m: None)
+    assert result.first is None and "undetermined" in result.output.splitlines()
+    assert sorted(result.candidates) == sorted(c[n] for n in ("notes-1", "notes-2", "fix", "notes-3", "notes-4"))
+
+
+def test_git_never_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mirror that asked for credentials would hang the bisection: git runs with its prompt off."""
+    monkeypatch.delenv("GIT_TERMINAL_PROMPT", raising=False)
+    git = bisect_workflow._git_in(tmp_path)
+    assert git("-c", 'alias.prompt=!printf %s "${GIT_TERMINAL_PROMPT-unset}"', "prompt").stdout == "0"
 
 
 def test_git_in_a_folder_names_the_failed_command_and_what_git_said(tmp_path: Path) -> None:
