@@ -116,6 +116,7 @@ def test_a_step_answers_by_the_good_side_and_logs_each_answer(
         *["door: retire an intake-rejected request (#1)"] * 2,
     ]
     assert all(isinstance(s["duration_s"], float) and s["duration_s"] >= 0 for s in lines)
+    assert all(round(s["duration_s"], 3) == s["duration_s"] for s in lines)  # in milliseconds
     assert lines[0]["duration_s"] <= elapsed + 0.001  # the step's own probing, within the call (rounded to ms)
     assert said == [
         f"difflab bisect: {s['commit'][:12]} behaves like {s['like']}: {s['answer']} ({s['reason']})" for s in lines
