@@ -142,9 +142,12 @@ def test_a_commit_without_the_package_or_a_probe_that_cannot_run_is_skipped(
 def test_a_hanging_probe_ends_at_the_steps_timeout_and_the_commit_is_skipped(
     history: DoorHistory, tmp_path: Path, checkout
 ) -> None:
-    path = matrix(tmp_path, history)
+    path, log = matrix(tmp_path, history), tmp_path / "steps.jsonl"
     checkout("fix")
-    assert step(["--matrix", str(path), "--fix", "3", "--good-like", "base", "--timeout", "1"]) == SKIP
+    assert (
+        step(["--matrix", str(path), "--fix", "3", "--good-like", "base", "--timeout", "1", "--log", str(log)]) == SKIP
+    )
+    assert "probe hung: killed after 1 s" in json.loads(log.read_text())["reason"]
 
 
 def test_a_step_that_cannot_ask_aborts_the_bisection_and_logs_nothing(
@@ -311,6 +314,7 @@ def test_an_endpoint_whose_probe_hangs_ends_at_the_timeout_and_is_refused(
     assert cli(bisect(history, tmp_path, c["base"], c["fix"], "3", "--timeout", "1")) == 2
     err = capsys.readouterr().err
     assert f"--good {c['base']}: behaviour is " in err and "it must behave like the fix's base or head" in err
+    assert "(tiny_hang: probe error: probe hung: killed after 1 s)" in err
 
 
 def test_endpoints_that_behave_alike_or_cannot_be_placed_are_refused_before_bisecting(
@@ -330,7 +334,8 @@ def test_endpoints_that_behave_alike_or_cannot_be_placed_are_refused_before_bise
 def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
     history: DoorHistory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    says = "import sys; print('bisect step failed: the environment is broken', file=sys.stderr)"
+    # computed, so that git's echo of the command line never holds the words the step says
+    says = "import sys; print('bisect step failed: ' + 'the environment is broken'.upper(), file=sys.stderr)"
     aborts = [sys.executable, "-c", f"{says}; raise SystemExit({ABORT})"]
     monkeypatch.setattr(bisect_workflow, "_step_command", lambda *a: aborts)
     c = history.commits
@@ -338,7 +343,8 @@ def test_a_step_that_aborts_fails_the_bisection_and_removes_the_worktree(
     req = BisectRequest(load_matrix(path).fix("1"), path, c["base"], c["notes-4"])
     with pytest.raises(SourceError, match=r"^git bisect run failed \(exit [1-9]\d*\): ") as err:
         run_bisect(req, repository(str(history.path)), say=lambda _m: None)
-    assert "bisect step failed: the environment is broken" in str(err.value)  # what the step said, on its stderr
+    said = str(err.value)  # what the step said on its stderr, and git's own word there
+    assert "bisect step failed: THE ENVIRONMENT IS BROKEN" in said and f"exit code {ABORT} from " in said
     assert left_behind(history) == []
 
 
