@@ -6,14 +6,17 @@ left no observation must be an ``error`` verdict (exit 1), never silently droppe
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from difflab.cli import main
 from difflab.errors import ConfigError
+from difflab.progress import Reporter
 from difflab.workflows.merge import collect, label, merge
 from test_bundle_support import isolated_config, make_key  # noqa: F401 - isolated_config is an autouse fixture
 
@@ -48,10 +51,19 @@ def verdicts_in(out: Path) -> dict[str, tuple[str, str]]:
 
 def test_merging_every_cell_gives_the_published_verdicts(tmp_path: Path) -> None:
     out = tmp_path / "merged"
-    assert main(["merge", str(cells(tmp_path)), "--out", str(out), "--no-bundle"]) == 0
+    root = cells(tmp_path)
+    assert main(["merge", str(root), "--out", str(out), "--no-bundle"]) == 0
     assert {k: v for k, (v, _) in verdicts_in(out).items()} == PUBLISHED_VERDICTS
+    published = {f["id"]: f for f in json.loads((PUBLISHED / "diff.json").read_text())["fixes"]}
+    merged = {f["id"]: f for f in json.loads((out / "diff.json").read_text())["fixes"]}
+    # each side labelled by the release its cell observed; 43719b's head none (its observation says why)
+    assert {k: (f["base"], f["head"]) for k, f in merged.items() if k != "43719b"} == {
+        k: (f["base"], f["head"]) for k, f in published.items() if k != "43719b"
+    }
+    assert merged["43719b"]["base"] == published["43719b"]["base"]
+    assert merged["43719b"]["head"] == {"label": "unavailable"}
     run = json.loads((out / "run.json").read_text())
-    assert run["command"] == "merge" and run["exit_code"] == 0
+    assert run["command"] == "merge" and run["exit_code"] == 0 and run["inputs"] == [str(root)]
     assert run["fixes"] == ["36988", "38935", "41404", "43719a", "43719b"]
     assert sorted(run["sources"]) == ["0.5.19", "0.5.20", "0.5.21", "0.5.22"]
     assert (out / "matrix.toml").read_bytes() == (PUBLISHED / "matrix.toml").read_bytes()
@@ -108,6 +120,16 @@ def test_a_second_observation_of_one_cell_is_refused(tmp_path: Path) -> None:
         collect([root])
 
 
+def test_a_second_observation_names_the_file_of_the_later_folder(tmp_path: Path) -> None:
+    root = cells(tmp_path)
+    again = tmp_path / "again"
+    shutil.copytree(root / "41404-base", again / "41404-base")
+    with pytest.raises(ConfigError) as err:
+        collect([root, again])
+    second = again / "41404-base" / "observations" / "41404" / "base" / "pr41404_deferred_release.json"
+    assert str(err.value) == f"{second}: a second observation of 41404/base/pr41404_deferred_release"
+
+
 def test_no_observations_or_no_folder(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError) as err:
@@ -116,14 +138,63 @@ def test_no_observations_or_no_folder(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         collect([tmp_path / "absent"])
     assert str(err.value) == f"{tmp_path / 'absent'}: not a folder"
+    (tmp_path / "also-empty").mkdir()
+    with pytest.raises(ConfigError) as err:
+        collect([tmp_path / "empty", tmp_path / "also-empty"])
+    assert str(err.value) == f"no observations under {tmp_path / 'empty'}, {tmp_path / 'also-empty'}"
 
 
 def test_no_matrix_in_the_cells(tmp_path: Path) -> None:
     root = cells(tmp_path)
     for copy in root.glob("*/matrix.toml"):
         copy.unlink()
-    with pytest.raises(ConfigError, match="no matrix.toml in the observed folders: pass --matrix"):
+    with pytest.raises(ConfigError) as err:
         merge([root], tmp_path / "merged", None, bundle=False)
+    assert str(err.value) == "no matrix.toml in the observed folders: pass --matrix"
+
+
+def test_the_given_matrix_is_judged_and_copied_over_the_recorded_ones(tmp_path: Path) -> None:
+    """``--matrix`` wins: the cells' copies may be missing, or differ from it (a comment here)."""
+    root = cells(tmp_path)
+    for copy in root.glob("*/matrix.toml"):
+        copy.write_bytes(b"# the copy a cell recorded\n" + copy.read_bytes())
+    given = tmp_path / "given.toml"
+    shutil.copyfile(PUBLISHED / "matrix.toml", given)
+    out = tmp_path / "merged"
+    assert {v.id: v.verdict for v in merge([root], out, given, bundle=False)} == PUBLISHED_VERDICTS
+    assert (out / "matrix.toml").read_bytes() == given.read_bytes()
+    assert not (out / "SHA256SUMS").exists()  # bundle=False reaches the session: nothing sealed
+    for copy in root.glob("*/matrix.toml"):
+        copy.unlink()
+    assert {v.id: v.verdict for v in merge([root], tmp_path / "again", given, bundle=False)} == PUBLISHED_VERDICTS
+
+
+def test_without_a_matrix_the_first_recorded_copy_in_path_order_is_judged(tmp_path: Path) -> None:
+    root = cells(tmp_path)
+    copies = sorted(root.glob("*/matrix.toml"))
+    for n, copy in enumerate(copies):
+        copy.write_bytes(f"# cell {n}\n".encode() + copy.read_bytes())
+    out = tmp_path / "merged"
+    merge([root], out, None, bundle=False)
+    assert (out / "matrix.toml").read_bytes() == copies[0].read_bytes()
+
+
+def test_merge_seals_and_replaces_an_earlier_result_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The positional :func:`merge` passes ``bundle`` and ``force`` on: sealed, and the old folder replaced."""
+    private, public = make_key(tmp_path / "keys")
+    monkeypatch.setenv("DIFFLAB_SIGNING_KEY", str(private))
+    out = tmp_path / "merged"
+    root = cells(tmp_path, skip={("41404", "base"), ("41404", "head")})
+    assert main(["merge", str(root), "--out", str(out), "--no-bundle"]) == 1
+    every = cells(tmp_path / "all")
+    with pytest.raises(ConfigError, match="--force"):
+        merge([every], out, None, bundle=True)
+    said = io.StringIO()
+    verdicts = merge([every], out, None, bundle=True, reporter=Reporter(Console(file=said, width=400)), force=True)
+    assert "sealed: " in said.getvalue()  # the seal speaks through the reporter given
+    assert {v.id: v.verdict for v in verdicts} == PUBLISHED_VERDICTS
+    assert json.loads((out / "run.json").read_text())["exit_code"] == 0
+    assert main(["verify", str(out), "--key", str(public)]) == 0
 
 
 def test_a_failed_merge_keeps_the_previous_result(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Whole workflows (``run``, ``observe``, ``selfcheck``, ``run --selfcheck``, ``run --throughput``, ``backport``) on
-fixes that do NOT agree.
+"""Whole workflows (``run``, ``observe``, ``merge``, ``selfcheck``, ``run --selfcheck``, ``run --throughput``,
+``backport``) on fixes that do NOT agree.
 
 Each command runs through :func:`difflab.cli.main` with the lab's real runner (``--backend subprocess``) on
 the tiny git repository of :mod:`workflow_tree`, so a run takes well under a second and these tests can
@@ -26,6 +26,7 @@ from difflab.errors import ConfigError
 from difflab.paths import default_results
 from difflab.progress import Reporter
 from difflab.workflows import backport as backport_workflow
+from difflab.workflows import merge as merge_workflow
 from difflab.workflows import run as run_workflow
 from difflab.workflows import selfcheck as selfcheck_workflow
 from difflab.workflows.throughput import ThroughputOptions
@@ -230,6 +231,56 @@ def test_observe_ignores_the_upstream_tests_of_a_single_side(repo: TinyRepo, tmp
     assert outcome.exit_code == 0 and outcome.verdicts == []
     assert "upstream_tests" not in read(outcome.out_dir, "run.json")
     assert not (outcome.out_dir / "upstream-tests.json").exists()
+
+
+# -- merge: the observe cells judged together, on a machine without the probes ---------------------------------
+def observe_cells(repo: TinyRepo, tmp_path: Path, *entries: str) -> Path:
+    """One ``observe`` folder per side under ``cells/``, each with the matrix it ran (as CI's cells leave them)."""
+    path = matrix(tmp_path, *entries)
+    for side in ("base", "head"):
+        assert git_run(repo, path, tmp_path / "cells" / side, "--side", side, command="observe") == 0
+    return tmp_path / "cells"
+
+
+def test_merge_judges_the_cells_without_the_probe_files_and_fails_on_one_unfixed_fix(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge job reads observations only: the cells' probes (``$DIFFLAB_PROBES``) are not where it runs."""
+    cells = observe_cells(repo, tmp_path, confirmed(repo), not_fixed(repo))
+    monkeypatch.delenv("DIFFLAB_PROBES")
+    out = tmp_path / "merged"
+    assert main(["merge", str(cells), "--out", str(out), "--no-bundle"]) == 1
+    diff = read(out, "diff.json")
+    fixes = {f["id"]: f for f in diff["fixes"]}
+    assert {k: (f["verdict"], f["passed"]) for k, f in fixes.items()} == {
+        "1": ("confirmed", True),
+        "2": ("not-fixed", False),
+    }
+    assert diff["passed"] is False
+    base, head = repo.commits["base"], repo.commits["head"]
+    assert (fixes["1"]["base"]["label"], fixes["1"]["head"]["label"]) == (base[:12], head[:12])
+    assert (fixes["1"]["base"]["commit"], fixes["1"]["head"]["commit"]) == (base, head)
+    assert (fixes["2"]["base"]["label"], fixes["2"]["head"]["label"]) == (base[:12], base[:12])
+    record = read(out, "run.json")
+    assert (record["command"], record["exit_code"], record["fixes"]) == ("merge", 1, ["1", "2"])
+    assert record["inputs"] == [str(cells)]
+    assert {label: s["commit"] for label, s in record["sources"].items()} == {base[:12]: base, head[:12]: head}
+    for fix in ("1", "2"):
+        for side in ("base", "head"):
+            merged = read(out, f"observations/{fix}/{side}/tiny_door.json")
+            assert merged == read(cells / side, f"observations/{fix}/{side}/tiny_door.json")
+    assert (out / "matrix.toml").read_bytes() == (cells / "base" / "matrix.toml").read_bytes()
+
+
+def test_merge_of_confirmed_cells_exits_zero_and_returns_where_it_wrote(repo: TinyRepo, tmp_path: Path) -> None:
+    cells = observe_cells(repo, tmp_path, confirmed(repo))
+    req = merge_workflow.MergeRequest(folders=[cells / "base", cells / "head"], out=tmp_path / "merged", bundle=False)
+    outcome = merge_workflow.execute(req)
+    assert outcome.exit_code == 0 and outcome.out_dir == tmp_path / "merged"
+    assert [(v.id, v.verdict, v.passed) for v in outcome.verdicts] == [("1", "confirmed", True)]
+    record = read(outcome.out_dir, "run.json")
+    assert record["exit_code"] == 0 and record["inputs"] == [str(cells / "base"), str(cells / "head")]
+    assert read(outcome.out_dir, "diff.json")["passed"] is True
 
 
 # -- run --selfcheck: the self-check's exit code joins the verdicts' --------------------------------------------

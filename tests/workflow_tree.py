@@ -367,3 +367,61 @@ def release_table(doors: dict[str, str]) -> str:
         file, sha = door_wheel(version, door)
         text += f'[releases."{version}"]\nfile = "{file}"\nsha256 = "{sha}"\n'
     return text
+
+
+# -- a longer history of the door (``difflab bisect``) ---------------------------------------------------------
+@dataclass(frozen=True)
+class DoorHistory:
+    path: Path
+    commits: dict[str, str]
+    """name -> full SHA: ``base``, ``notes-1``, ``notes-2``, ``fix``, ``notes-3``, ``notes-4`` on ``main``;
+    ``lost`` (the fix reverted after ``notes-3``) on ``lost``; ``unpackaged`` (no ``sglang/__init__.py``)
+    then ``repackaged`` (the package back, with the fix) on ``moved``, both off ``base``."""
+
+
+def _history_commit(repo: Path, subject: str, date: str, *, door: str | None = None, package: bool = True) -> str:
+    sglang = repo / "python" / "sglang"
+    sglang.mkdir(parents=True, exist_ok=True)
+    init = sglang / "__init__.py"
+    if package:
+        init.write_text('"""A lab fixture shaped like SGLang\'s package, not SGLang\'s code."""\n')
+    else:
+        init.unlink(missing_ok=True)
+    (sglang / "version.py").write_text('__version__ = "0.0.0"\n')
+    if door is not None:
+        (sglang / "door.py").write_text(door)
+    notes = repo / "NOTES.md"
+    notes.write_text((notes.read_text() if notes.exists() else "") + f"- {subject}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "-m", subject, date=date)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _build_history(dest: Path) -> None:
+    dest.mkdir(parents=True)
+    _git(dest, "init", "--quiet", "--initial-branch=main")
+    _history_commit(dest, "door: admit every request", "2026-02-01", door=BASE_DOOR)
+    _history_commit(dest, "notes: the handoff queue", "2026-02-02")
+    _history_commit(dest, "notes: intake", "2026-02-03")
+    _history_commit(dest, "door: retire an intake-rejected request (#1)", "2026-02-04", door=HEAD_DOOR)
+    _history_commit(dest, "notes: the retired requests", "2026-02-05")
+    _git(dest, "checkout", "--quiet", "-b", "lost")
+    _history_commit(dest, "door: admit every request again", "2026-02-06", door=BASE_DOOR)
+    _git(dest, "checkout", "--quiet", "main")
+    _history_commit(dest, "notes: done", "2026-02-07")
+    _git(dest, "checkout", "--quiet", "-b", "moved", "main~5")
+    _history_commit(dest, "package: move sglang out", "2026-02-08", package=False)
+    _history_commit(dest, "package: back, with the door fixed", "2026-02-09", door=HEAD_DOOR)
+    _git(dest, "checkout", "--quiet", "main")
+
+
+def door_history() -> DoorHistory:
+    key = hashlib.sha256((BUILDER_VERSION + "history-1" + BASE_DOOR + HEAD_DOOR).encode()).hexdigest()[:16]
+    path = cache_root() / "test-repos" / f"door-history-{key}"
+    with FileLock(str(path) + ".lock"):
+        if not (path / ".git").is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            _build_history(path)
+    names = {"base": "main~5", "notes-1": "main~4", "notes-2": "main~3", "fix": "main~2", "notes-3": "main~1"}
+    names |= {"notes-4": "main", "lost": "lost", "unpackaged": "moved~1", "repackaged": "moved"}
+    return DoorHistory(path, {name: _git(path, "rev-parse", rev) for name, rev in names.items()})

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from difflab.diff.likeness import BackportVerdict, judge_backport
 from difflab.environment.shared import SharedEnvironment
@@ -70,16 +71,23 @@ def _commit() -> tuple[str, str]:
     return sha, subject
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are the lab's failure (128): argparse's own exit status 2 would tell git "bad commit"."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m difflab.workflows.bisect_step")
+    parser = _Parser(prog="python -m difflab.workflows.bisect_step")
     parser.add_argument("--matrix", type=argument_path, required=True)
     parser.add_argument("--fix", required=True)
     parser.add_argument("--good-like", choices=["base", "head"], required=True)
     parser.add_argument("--probe", action="append", dest="probes")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--log", type=argument_path, help="append one JSON line per step here")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         fix = load_matrix(args.matrix).fix(args.fix)
         probes = select_probes(fix, args.probes)
         sha, subject = _commit()
