@@ -431,14 +431,18 @@ def test_a_scenario_that_did_not_run_on_a_side_is_an_error_there(tmp_path: Path,
         "gpu-fake",
         target.label(),
     )
+    assert (seen.fix, seen.probe, seen.side, seen.fields) == ("1", "gpu_oversized_prompt", "base", {})
 
 
 # -- the throughput A/B -------------------------------------------------------------------------------------------
 def test_a_fix_whose_plan_asks_for_it_gets_an_interleaved_a_b_and_a_verdict_of_its_own(
     tmp_path: Path, lab: Lab
 ) -> None:
-    outcome = tier.run_tier(request(tmp_path, "1", "2", rounds=3))
+    said = Said()
+    outcome = tier.run_tier(request(tmp_path, "1", "2", rounds=3), said)
     assert [v.id for v in outcome.verdicts] == ["1", "1-throughput", "2"]
+    assert "#101: throughput A/B, 3 interleaved round(s) per side" in said.lines
+    assert not any("#102: throughput" in line for line in said.lines)
     benches = [entry[1:] for entry in lab.log if entry[0] == "bench"]
     assert benches == [("base", "0"), ("head", "0"), ("base", "1"), ("head", "1"), ("base", "2"), ("head", "2")]
     out = outcome.out_dir
@@ -449,7 +453,11 @@ def test_a_fix_whose_plan_asks_for_it_gets_an_interleaved_a_b_and_a_verdict_of_i
     for side in ("base", "head"):
         seen = observation(out, "1", side, "gpu_throughput_ab")
         assert seen["status"] == "ok" and seen["runner"] == "gpu-fake" and seen["error"] is None
+        assert seen["fields"]["throughput.rounds_ok"] == 3 and len(seen["fields"]["throughput.request_throughput"]) == 3
         assert seen["source"]["label"] == f"{'0.5.20' if side == 'base' else '0.5.21'} (fake)"
+    # the same seed, the same samples: the same intervals
+    again = tier.run_tier(request(tmp_path / "again", "1", "2", rounds=3))
+    assert read(again.out_dir, "throughput/1/ab.json")["comparisons"] == ab["comparisons"]
     assert not (out / "throughput" / "2").exists() and "## Throughput A/B: #101\n" in (out / "summary.md").read_text()
 
 
@@ -478,6 +486,8 @@ def test_no_a_b_for_a_fix_with_a_side_unavailable_and_its_scenarios_are_unavaila
     seen = observation(outcome.out_dir, "1", "head", "gpu_oversized_prompt")
     assert seen["status"] == "unavailable" and "not released yet" in json.dumps(seen)
     assert [v.id for v in outcome.verdicts] == ["1"] and not (outcome.out_dir / "throughput").exists()
+    (entry,) = read(outcome.out_dir, "diff.json")["fixes"]
+    assert entry["head"] == {"label": "unavailable", "reason": "not released yet"}
 
 
 # -- refused or skipped before anything starts ----------------------------------------------------------------------
@@ -585,7 +595,7 @@ def test_the_test_server_mode_judges_every_fix_on_one_pair_with_its_own_limits(
     monkeypatch.setattr(tier, "TestServerTarget", server)
     monkeypatch.setattr(tier, "check_host", lambda: pytest.fail("the test servers need no GPU host"))
     outcome = tier.run_tier(request(tmp_path, "1", "2", testserver=True, limits=None, images=ImageMap({}), seed=5))
-    assert outcome.exit_code == 0 and outcome.host is None
+    assert outcome.exit_code == 0 and outcome.host is None and outcome.to_dict()["host"] is None
     assert [(s, b, seed) for s, _c, b, seed in made] == [
         ("base", tier.TESTSERVER_BENCH, 5),
         ("head", tier.TESTSERVER_BENCH, 5),
@@ -616,8 +626,11 @@ def test_base_and_head_on_one_image_are_one_deployment_never_kept_up(tmp_path: P
     assert outcome.exit_code == 1 and outcome.verdicts[0].verdict != "confirmed"  # the same behaviour on both sides
 
 
-def test_images_keyed_by_side_apply_only_when_one_fix_is_chosen(tmp_path: Path, lab: Lab) -> None:
+def test_images_keyed_by_side_apply_only_when_one_fix_is_chosen(
+    tmp_path: Path, lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     keyed = ImageMap.from_args([f"base={IMAGES[0]}", f"head={IMAGES[1]}"])
+    monkeypatch.setattr(tier, "check_host", lambda: pytest.fail("images are checked before the host"))
     with pytest.raises(ConfigError, match=r"an image keyed 'base' applies only when one fix is selected\)$"):
         tier.run_tier(request(tmp_path, "1", "2", images=keyed))
     assert lab.made == []
