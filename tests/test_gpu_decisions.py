@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from difflab.engine.client import EngineError
+from difflab.engine.names import DEFERRED_ENV
 from difflab.errors import ConfigError
 from difflab.gpu.bench import BenchError, BenchResult, BenchSpec
 from difflab.gpu.deployment import DeploymentConfig
@@ -210,7 +211,8 @@ class FakeTarget:
         self.lab.log.append(("down", self.version))
 
     def engine_env(self) -> dict[str, dict[str, str]]:
-        return {"prefill": {"ROLE": "prefill"}, "decode": {"ROLE": "decode"}}
+        """The deployment spec's variables: deferred release on for prefill, off for decode."""
+        return {"prefill": {DEFERRED_ENV: "1"}, "decode": {DEFERRED_ENV: "0"}}
 
     def bench(self, round_index: int, output_file: Path) -> BenchResult:
         side = self.cfg.side
@@ -347,6 +349,12 @@ def test_every_fix_confirmed_passes_and_each_deployment_runs_its_scenarios_once_
         "decode": ("0.5.21", "deployment spec"),
     }
     assert preflight["decode"]["url"] == "http://decode-0.5.21.invalid"
+    (deferred,) = [g for g in read(out, "preflight/fake-0.5.21.json")["gates"] if g["gate"] == "deferred-release"]
+    assert deferred["status"] == "fail" and deferred["reason"].startswith("off on decode:")
+    assert [(e["role"], e["value"], e["source"]) for e in deferred["evidence"]] == [
+        ("prefill", True, f"env {DEFERRED_ENV} (deployment spec)"),
+        ("decode", False, f"env {DEFERRED_ENV} (deployment spec)"),
+    ]
     summary = (out / "summary.md").read_text()
     assert "## Preflight gates of each deployment" in summary and "0.5.22 (fake)" in summary
     # a tier is never sealed: its verdicts, observations, deployments and preflight, and the run's record
