@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from difflab.cli import main
-from difflab.errors import ConfigError
+from difflab.errors import ConfigError, DifflabError
 from difflab.paths import repo_root
 from difflab.progress import Reporter
 from difflab.workflows import fuzz as fuzz_workflow
@@ -36,7 +36,7 @@ def observe_chunk(kit, *, schedules, seed, chunk, backend):
     from sglang.door import admit
 
     print(f"chunk {chunk}: {schedules} schedules of seed {seed}", flush=True)
-    if backend == "nixl" and chunk == 1:
+    if backend == "nixl" and chunk >= 1:
         raise RuntimeError("no loopback for nixl in this chunk")
     if backend == "mori" and chunk == 1:
         return {"search.schedules": schedules}  # ran, but reported no search event
@@ -124,8 +124,9 @@ def test_a_leak_on_the_base_exits_one_and_fuzz_json_keeps_each_distinct_leak_onc
     )
     assert record["fixes"] == [] and isinstance(record["cpus"], int) and record["cpus"] >= 1
     assert (out / "environment.json").is_file() and (out / "matrix.toml").is_file()
-    printed = capsys.readouterr().out
-    assert "113 schedules run (with shrinking)" in printed and printed.count("LEAK: r1 read r0's KV") == 2
+    captured = capsys.readouterr()
+    assert "113 schedules run (with shrinking)" in captured.out and captured.out.count("LEAK: r1 read r0's KV") == 2
+    assert re.search(rf"\bfuzz {base} chunk-004\s+ok", captured.err)  # each chunk's progress line: fix, source, chunk
 
 
 def test_each_chunk_runs_its_own_seed_and_share_of_the_schedules_and_keeps_its_probe_and_log(
@@ -168,6 +169,7 @@ def test_no_leak_on_the_head_exits_zero_and_says_what_ran(repo: TinyRepo, tmp_pa
         transfer_backend="nixl",  # one chunk: the stand-in's chunk 1 never runs
         schedules=25,
         seed=4,
+        argv=["difflab", "fuzz", "--seed", "4"],
     )
     outcome = fuzz_workflow.execute(req, Reporter())
     assert (outcome.exit_code, outcome.leaks, outcome.out_dir) == (0, [], (tmp_path / "out").resolve())
@@ -176,7 +178,8 @@ def test_no_leak_on_the_head_exits_zero_and_says_what_ran(repo: TinyRepo, tmp_pa
     assert doc["transfer_backend"] == "nixl" and doc["chunks"] == [
         {"chunk": 0, "seed": 4000, "runs": 25, "leaked": False}
     ]
-    assert doc["leaks"] == [] and read(outcome.out_dir, "run.json")["exit_code"] == 0
+    record = read(outcome.out_dir, "run.json")
+    assert doc["leaks"] == [] and record["exit_code"] == 0 and record["argv"] == ["difflab", "fuzz", "--seed", "4"]
 
 
 def test_a_search_is_run_again_never_answered_from_the_result_cache(repo: TinyRepo, tmp_path: Path) -> None:
@@ -218,7 +221,8 @@ def test_the_failed_chunks_are_named_and_only_they(repo: TinyRepo, tmp_path: Pat
     text = str(info.value)
     assert text.startswith("the search could not run: chunk-001: Traceback (most recent call last):")
     assert text.endswith("RuntimeError: no loopback for nixl in this chunk")
-    assert "chunk-000" not in text and "chunk-002" not in text and info.value.exit_code == 3
+    assert "in this chunk; chunk-002: Traceback (most recent call last):" in text  # both failed chunks, in order
+    assert "chunk-000" not in text and info.value.exit_code == 3
     assert not (tmp_path / "out").exists()
 
 
@@ -274,3 +278,25 @@ def test_the_least_search_is_accepted() -> None:
 def test_a_search_without_out_goes_to_a_stamped_folder_under_the_results() -> None:
     out = fuzz_workflow.default_out()
     assert out.parent == repo_root() / "results" and re.fullmatch(r"fuzz-\d{8}T\d{6}Z", out.name)
+
+
+def test_a_ref_the_repository_lacks_is_refused_naming_the_flag(repo: TinyRepo, tmp_path: Path) -> None:
+    req = fuzz_workflow.FuzzRequest(
+        out=tmp_path / "out", repo=str(repo.path), ref="no-such-branch", matrix=matrix(tmp_path), runner="subprocess"
+    )
+    with pytest.raises(DifflabError, match="--ref no-such-branch"):
+        fuzz_workflow.execute(req, Reporter())
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_search_replaces_an_earlier_one_only_with_force(repo: TinyRepo, tmp_path: Path) -> None:
+    def request(**changes: Any) -> fuzz_workflow.FuzzRequest:
+        settings = {"out": tmp_path / "out", "repo": str(repo.path), "matrix": matrix(tmp_path), "schedules": 2}
+        return fuzz_workflow.FuzzRequest(runner="subprocess", **(settings | changes))
+
+    assert fuzz_workflow.execute(request(ref=repo.commits["head"]), Reporter()).exit_code == 0
+    with pytest.raises(ConfigError, match="--force"):
+        fuzz_workflow.execute(request(ref=repo.commits["base"]), Reporter())
+    assert read(tmp_path / "out", "fuzz.json")["source"] == repo.commits["head"]  # the earlier search, untouched
+    assert fuzz_workflow.execute(request(ref=repo.commits["base"], force=True), Reporter()).exit_code == 1
+    assert read(tmp_path / "out", "fuzz.json")["source"] == repo.commits["base"]
