@@ -144,6 +144,8 @@ def test_each_chunk_runs_its_own_seed_and_share_of_the_schedules_and_keeps_its_p
     stubs = sorted(p.name for p in (out / "search").iterdir())
     assert stubs == ["chunk-000.py", "chunk-001.py"]
     second = (out / "search" / "chunk-001.py").read_text()
+    # the kept file says what wrote it and where its results are
+    assert second.startswith('"""One chunk of `difflab fuzz` (written by the lab; see fuzz.json)."""\n\nimport sys\n')
     assert "observe_chunk(kit, schedules=5, seed=3, chunk=1, backend='mooncake')" in second
     assert "schedules=25, seed=3, chunk=0," in (out / "search" / "chunk-000.py").read_text()
     assert sorted(p.name for p in (out / "logs").iterdir()) == ["chunk-000.log", "chunk-001.log"]
