@@ -45,7 +45,7 @@ def observe_chunk(kit, *, schedules, seed, chunk, backend):
     leaks = admit(SimpleNamespace(rejected=True)) and (seed + chunk) % 2 == 0
     leak = None
     if leaks:
-        pages = [seed % 5, 3] if chunk < 2 else [seed % 5, 4]  # a different leak from chunk 2 on
+        pages = [seed % 5, 3] if chunk < 4 else [seed % 5, 4]  # a different leak from chunk 4 on
         leak = {"schedule": ["admit r0", "abort r0", "admit r1"], "victim": "r1", "owner": "r0", "pages": pages,
                 "canary": True}
     kit.event("search", seed=seed, chunk=chunk, backend=backend, schedules=schedules, runs=schedules + chunk,
@@ -104,8 +104,8 @@ def test_a_leak_on_the_base_exits_one_and_fuzz_json_keeps_each_distinct_leak_onc
         {"chunk": 4, "seed": 2004, "runs": 7, "leaked": True},  # 103 = 4 x 25 + 3
     ]
     assert doc["runs"] == 113 and doc["seconds"] == 1.25 and doc["cpu_seconds"] == 0.625
-    # chunk 0's leak, then chunk 2's other pages; chunk 4 found chunk 2's again
-    assert [(leak["chunk"], leak["pages"]) for leak in doc["leaks"]] == [(0, [2, 3]), (2, [2, 4])]
+    # chunk 0's leak (chunk 2 found it again), then chunk 4's other pages
+    assert [(leak["chunk"], leak["pages"]) for leak in doc["leaks"]] == [(0, [2, 3]), (4, [2, 4])]
     assert doc["leaks"][0] == {
         "chunk": 0,
         "schedule": ["admit r0", "abort r0", "admit r1"],
@@ -184,11 +184,16 @@ def test_no_leak_on_the_head_exits_zero_and_says_what_ran(repo: TinyRepo, tmp_pa
     assert doc["leaks"] == [] and record["exit_code"] == 0 and record["argv"] == ["difflab", "fuzz", "--seed", "4"]
 
 
-def test_a_search_is_run_again_never_answered_from_the_result_cache(repo: TinyRepo, tmp_path: Path) -> None:
+def test_a_search_is_run_again_never_answered_from_the_result_cache(
+    repo: TinyRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same chunk probe on the same source twice: the second search runs it again."""
     for out in ("first", "second"):
-        assert main(["fuzz", "--repo", str(repo.path), "--ref", repo.commits["head"], "--matrix", str(matrix(tmp_path)),
-                     "--out", str(tmp_path / out), "--schedules", "3", *FAST]) == 0  # fmt: skip
-        assert "chunk 0: 3 schedules of seed 0" in (tmp_path / out / "logs" / "chunk-000.log").read_text()  # it ran
+        argv = ["fuzz", "--repo", str(repo.path), "--ref", repo.commits["head"], "--matrix", str(matrix(tmp_path))]
+        assert main([*argv, "--out", str(tmp_path / out), "--schedules", "3", *FAST]) == 0
+        assert "chunk 0: 3 schedules of seed 0" in (tmp_path / out / "logs" / "chunk-000.log").read_text()
+        said = capsys.readouterr().err
+        assert re.search(r"chunk-000\s+ok", said) and "(cached)" not in said
 
 
 # -- a search that could not run: exit 3, nothing written ---------------------------------------------------------
