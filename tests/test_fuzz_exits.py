@@ -10,16 +10,19 @@ runner (``--backend subprocess``) on a commit of the tiny git repository or a wh
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from difflab.cli import main
 from difflab.errors import ConfigError, DifflabError
 from difflab.paths import repo_root
+from difflab.probe import sandbox
 from difflab.progress import Reporter
 from difflab.workflows import fuzz as fuzz_workflow
 from workflow_tree import BASE_DOOR, HEAD_DOOR, TinyRepo, fix_entry, matrix_text, release_table, tiny_repo, write_probes
@@ -307,3 +310,15 @@ def test_a_search_replaces_an_earlier_one_only_with_force(repo: TinyRepo, tmp_pa
     assert read(tmp_path / "out", "fuzz.json")["source"] == repo.commits["head"]  # the earlier search, untouched
     assert fuzz_workflow.execute(request(ref=repo.commits["base"], force=True), Reporter()).exit_code == 1
     assert read(tmp_path / "out", "fuzz.json")["source"] == repo.commits["base"]
+
+
+def test_the_back_ends_warnings_reach_the_callers_reporter(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without Landlock the runner warns that the probes can read the lab's keys: on the reporter the caller gave."""
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    text = io.StringIO()
+    where = {"repo": str(repo.path), "ref": repo.commits["head"], "matrix": matrix(tmp_path)}
+    req = fuzz_workflow.FuzzRequest(out=tmp_path / "out", runner="subprocess", schedules=2, **where)
+    assert fuzz_workflow.execute(req, Reporter(Console(file=text, width=400))).exit_code == 0
+    assert "this kernel has no Landlock" in text.getvalue()
