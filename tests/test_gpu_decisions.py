@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from difflab.engine.client import EngineError
+from difflab.engine.metrics import PURPOSE as METRICS_PURPOSE
 from difflab.engine.names import DEFERRED_ENV
 from difflab.errors import ConfigError
 from difflab.gpu.bench import BenchError, BenchResult, BenchSpec
@@ -128,13 +129,13 @@ class Said(Reporter):
 
 
 class Clock:
-    """``time.monotonic`` that moves 0.25 s at every reading."""
+    """``time.monotonic`` that moves a seventh of a second at every reading (kept to the millisecond: 0.143)."""
 
     def __init__(self) -> None:
         self.now = 10.0
 
     def monotonic(self) -> float:
-        self.now += 0.25
+        self.now += 1 / 7
         return self.now
 
 
@@ -171,6 +172,8 @@ class Lab:
     """scenarios whose fix never landed: the 0.5.21 image still shows the bug."""
     bench_fails: set[tuple[str, int]] = field(default_factory=set)
     """(side, round) whose benchmark gives no result."""
+    depth: int = 1
+    """How many calls down a scenario raises what ``raises`` names."""
 
     def target(self, cfg: DeploymentConfig, bench: BenchSpec, seed: int, persistent: bool) -> FakeTarget:
         made = FakeTarget(self, cfg, bench, seed, persistent)
@@ -242,7 +245,7 @@ class FakeScenario:
         version = ep.decode.version
         self.lab.log.append(("run", version, self.name, str(limits.request_timeout_s)))
         if (version, self.name) in self.lab.raises:
-            raise self.lab.raises[(version, self.name)]
+            self.fail(self.lab.raises[(version, self.name)], self.lab.depth)
         fixed = version >= "0.5.21" and self.name not in self.lab.unfixed
         fields = {
             "gpu_oversized_prompt": {"oversized.rejected_at_once": fixed, "oversized.control_ok": True},
@@ -250,6 +253,11 @@ class FakeScenario:
             "gpu_abort_storm": {"abort.decode_kv_back_to_baseline": fixed, "abort.storm_ok": version >= "0.5.22"},
         }[self.name]
         return Outcome(fields=fields, events=[{"event": "ran", "on": version}], problems=[] if fixed else ["the bug"])
+
+    def fail(self, exc: Exception, depth: int) -> None:
+        if depth <= 1:
+            raise exc
+        self.fail(exc, depth - 1)
 
 
 @pytest.fixture
@@ -414,6 +422,7 @@ def test_a_scenario_that_cannot_run_or_breaks_is_its_error_and_the_next_scenario
         ("0.5.20", "gpu_oversized_prompt"): ScenarioUnavailable("the pool is larger than the context"),
         ("0.5.20", "gpu_canary_leak"): KeyError("usage"),
     }
+    lab.depth = 6  # the scenario fails six calls down
     outcome = tier.run_tier(request(tmp_path, "1", "2"))
     out = outcome.out_dir
     unavailable = observation(out, "1", "base", "gpu_oversized_prompt")
@@ -422,8 +431,9 @@ def test_a_scenario_that_cannot_run_or_breaks_is_its_error_and_the_next_scenario
     assert unavailable["sglang_version"] == "0.5.20"  # the deployment came up: its version is known
     broken = observation(out, "2", "base", "gpu_canary_leak")
     assert broken["error"].startswith("KeyError: 'usage'\nTraceback (most recent call last):")
+    assert broken["error"].count('\n  File "') == 4  # the traceback's first four frames, not all of them
     assert observation(out, "2", "base", "gpu_abort_storm")["status"] == "ok"
-    assert {observation(out, "2", "base", p)["duration_s"] for p in ("gpu_canary_leak", "gpu_abort_storm")} == {0.25}
+    assert {observation(out, "2", "base", p)["duration_s"] for p in ("gpu_canary_leak", "gpu_abort_storm")} == {0.143}
     assert outcome.exit_code == 1 and [v.passed for v in outcome.verdicts] == [False, False]
 
 
@@ -463,6 +473,12 @@ def test_a_fix_whose_plan_asks_for_it_gets_an_interleaved_a_b_and_a_verdict_of_i
         assert seen["status"] == "ok" and seen["runner"] == "gpu-fake" and seen["error"] is None
         assert seen["fields"]["throughput.rounds_ok"] == 3 and len(seen["fields"]["throughput.request_throughput"]) == 3
         assert seen["source"]["label"] == f"{'0.5.20' if side == 'base' else '0.5.21'} (fake)"
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "deployment",
+        "observations",
+        "preflight",
+        "throughput",
+    ]
     # the same seed, the same samples: the same intervals
     again = tier.run_tier(request(tmp_path / "again", "1", "2", rounds=3))
     assert read(again.out_dir, "throughput/1/ab.json")["comparisons"] == ab["comparisons"]
@@ -587,6 +603,7 @@ def test_the_extras_a_run_needs_are_checked_before_it_starts(
         tier.run_tier(request(tmp_path, *fixes, rounds=rounds))
     assert [m for m, _ in asked] == needed and lab.made == [] and not (tmp_path / "out").exists()
     assert all(p == "the throughput A/B statistics" for m, p in asked if m != "prometheus_client.parser")
+    assert asked[0] == ("prometheus_client.parser", METRICS_PURPOSE)
 
 
 # -- the CPU test servers' mode ------------------------------------------------------------------------------------
