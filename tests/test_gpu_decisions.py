@@ -342,6 +342,13 @@ def test_every_fix_confirmed_passes_and_each_deployment_runs_its_scenarios_once_
     )
     assert seen["events"] == [{"event": "ran", "on": "0.5.20"}] and seen["problems"] == ["the bug"]
     assert seen["source"] == lab.made[0].label() and seen["error"] is None
+    assert (seen["fix"], seen["probe"], seen["side"]) == ("2", "gpu_canary_leak", "base")
+    judged = {f["id"]: f for f in diff["fixes"]}["2"]
+    assert (judged["base"], judged["head"]) == (lab.made[0].label(), lab.made[1].label())
+    assert [(p["base"], p["head"]) for p in judged["probes"]] == [
+        (observation(out, "2", "base", name), observation(out, "2", "head", name))
+        for name in ("gpu_canary_leak", "gpu_abort_storm")
+    ]
     assert sorted(p.name for p in (out / "observations" / "2" / "head").iterdir()) == [
         "gpu_abort_storm.json",
         "gpu_canary_leak.json",
@@ -479,6 +486,12 @@ def test_a_fix_whose_plan_asks_for_it_gets_an_interleaved_a_b_and_a_verdict_of_i
         "preflight",
         "throughput",
     ]
+    entry = {f["id"]: f for f in read(out, "diff.json")["fixes"]}["1-throughput"]
+    (probe,) = entry["probes"]
+    for side in ("base", "head"):
+        assert probe[side] == observation(out, "1", side, "gpu_throughput_ab")
+        assert (probe[side]["fix"], probe[side]["probe"], probe[side]["side"]) == ("1", "gpu_throughput_ab", side)
+    assert (entry["base"]["label"], entry["head"]["label"]) == ("0.5.20 (fake)", "0.5.21 (fake)")
     # the same seed, the same samples: the same intervals
     again = tier.run_tier(request(tmp_path / "again", "1", "2", rounds=3))
     assert read(again.out_dir, "throughput/1/ab.json")["comparisons"] == ab["comparisons"]
@@ -500,18 +513,27 @@ def test_an_a_b_without_results_is_an_error_observation_on_both_sides(tmp_path: 
 def test_no_a_b_for_a_fix_with_a_side_unavailable_and_its_scenarios_are_unavailable_there(
     tmp_path: Path, lab: Lab
 ) -> None:
+    """Fix 1's base is older than every pinned image: its head is still deployed and judged, with no A/B."""
     pins = 'base = { release = "0.5.20" }\nhead = { release = "0.5.21" }\n[[fixes.probes]]\nname = "cpu_door"'
-    gone = FIXES.replace(pins, pins.replace('{ release = "0.5.21" }', '{ unavailable = "not released yet" }'))
+    gone = FIXES.replace(pins, pins.replace('{ release = "0.5.20" }', '{ unavailable = "older than every image" }'))
     assert gone != FIXES
     path = tmp_path / "gone.toml"
     path.write_text(RELEASES + gone)
     outcome = tier.run_tier(request(tmp_path, "1", rounds=2, matrix=path))
-    assert [entry for entry in lab.log if entry[0] == "bench"] == [] and [t.version for t in lab.made] == ["0.5.20"]
-    seen = observation(outcome.out_dir, "1", "head", "gpu_oversized_prompt")
-    assert seen["status"] == "unavailable" and "not released yet" in json.dumps(seen)
+    assert [entry for entry in lab.log if entry[0] == "bench"] == [] and [t.version for t in lab.made] == ["0.5.21"]
+    assert [entry[1:3] for entry in lab.log if entry[0] == "run"] == [("0.5.21", "gpu_oversized_prompt")]
+    seen = observation(outcome.out_dir, "1", "base", "gpu_oversized_prompt")
+    assert (seen["status"], seen["fix"], seen["probe"], seen["side"]) == (
+        "unavailable",
+        "1",
+        "gpu_oversized_prompt",
+        "base",
+    )
+    assert "older than every image" in json.dumps(seen)
     assert [v.id for v in outcome.verdicts] == ["1"] and not (outcome.out_dir / "throughput").exists()
     (entry,) = read(outcome.out_dir, "diff.json")["fixes"]
-    assert entry["head"] == {"label": "unavailable", "reason": "not released yet"}
+    assert entry["base"] == {"label": "unavailable", "reason": "older than every image"}
+    assert entry["head"] == lab.made[0].label() and entry["probes"][0]["base"] == seen
 
 
 # -- refused or skipped before anything starts ----------------------------------------------------------------------
@@ -701,3 +723,9 @@ def test_engine_facts_that_cannot_be_read_keep_the_scenarios_results(
     assert observation(outcome.out_dir, "1", "base", "gpu_oversized_prompt")["status"] == "ok"
     assert not (outcome.out_dir / "preflight").exists()
     assert "## Preflight gates" not in (outcome.out_dir / "summary.md").read_text()
+
+
+def test_one_round_per_side_is_still_an_a_b(tmp_path: Path, lab: Lab) -> None:
+    outcome = tier.run_tier(request(tmp_path, "1", rounds=1))
+    assert [entry[1:] for entry in lab.log if entry[0] == "bench"] == [("base", "0"), ("head", "0")]
+    assert [v.id for v in outcome.verdicts] == ["1", "1-throughput"]
