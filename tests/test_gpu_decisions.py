@@ -32,6 +32,7 @@ from difflab.gpu.images import ImageMap
 from difflab.gpu.scenarios import Limits, Outcome, ScenarioUnavailable
 from difflab.gpu.scenarios.base import Endpoints
 from difflab.matrix import load_matrix
+from difflab.matrix.gpu import load_gpu_plans
 from difflab.progress import Reporter
 from difflab.workflows import gpu as tier
 from matrix_samples import RELEASES
@@ -359,9 +360,9 @@ def test_every_fix_confirmed_passes_and_each_deployment_runs_its_scenarios_once_
         assert read(out, f"preflight/fake-{version}.json")["gates"]
     assert not (out / "throughput").exists()  # no rounds asked
     preflight = read(out, "preflight/fake-0.5.21.json")["engines"]
-    assert {role: (e["version"], e["env_source"]) for role, e in preflight.items()} == {
-        "prefill": ("0.5.21", "deployment spec"),
-        "decode": ("0.5.21", "deployment spec"),
+    assert {role: (e["role"], e["version"], e["env_source"]) for role, e in preflight.items()} == {
+        "prefill": ("prefill", "0.5.21", "deployment spec"),
+        "decode": ("decode", "0.5.21", "deployment spec"),
     }
     assert preflight["decode"]["url"] == "http://decode-0.5.21.invalid"
     (deferred,) = [g for g in read(out, "preflight/fake-0.5.21.json")["gates"] if g["gate"] == "deferred-release"]
@@ -589,6 +590,17 @@ def test_the_fixes_are_chosen_by_id_or_pr_and_only_those_with_a_gpu_plan(tmp_pat
         tier.gpu_fixes(m, ["#4", "9"])
 
 
+def test_the_plans_given_are_the_ones_used_and_an_id_is_matched_as_written(tmp_path: Path, lab: Lab) -> None:
+    """Only a leading '#' is dropped from a choice: fix X9 is chosen as X9."""
+    extra = FIXES[FIXES.index('[[fixes]]\nid = "4"') :].split("[gpu.", 1)[0].replace('id = "4"', 'id = "X9"')
+    extra = extra.replace("pr = 104", "pr = 109") + '[[gpu."X9".probes]]\nname = "gpu_abort_storm"\n'
+    extra += 'expect = { "abort.storm_ok" = [false, true] }\n'
+    m = load_matrix(matrix(tmp_path, extra))
+    assert [f.id for f in tier.gpu_fixes(m, ["X9"])] == ["X9"] and [f.id for f in tier.gpu_fixes(m, ["#X9"])] == ["X9"]
+    plans = load_gpu_plans(m)
+    assert [f.id for f in tier.gpu_fixes(m, None, {"2": plans["2"]})] == ["2"]
+
+
 def test_a_plan_naming_an_unknown_scenario_is_refused_naming_the_matrix_and_fix(tmp_path: Path, lab: Lab) -> None:
     path = tmp_path / "teleport.toml"
     path.write_text(
@@ -602,30 +614,40 @@ def test_a_plan_naming_an_unknown_scenario_is_refused_naming_the_matrix_and_fix(
     assert not (tmp_path / "out").exists()
 
 
+STATS = ["prometheus_client.parser", "numpy", "scipy.stats"]
+
+
 @pytest.mark.parametrize(
     ("fixes", "rounds", "needed"),
     [
-        (["1"], 2, ["prometheus_client.parser", "numpy", "scipy.stats"]),
-        (["1"], 0, ["prometheus_client.parser"]),
-        (["2"], 2, ["prometheus_client.parser"]),
+        (["1"], 2, STATS),
+        (["1"], 1, STATS),
+        (["1"], 0, ["prometheus_client.parser"]),  # an A/B is planned but no rounds asked
+        (["2"], 2, ["prometheus_client.parser"]),  # rounds asked but no A/B planned
     ],
 )
-def test_the_extras_a_run_needs_are_checked_before_it_starts(
+def test_the_extras_a_run_needs_are_the_ones_it_checks(
     tmp_path: Path, lab: Lab, monkeypatch: pytest.MonkeyPatch, fixes: list[str], rounds: int, needed: list[str]
 ) -> None:
     asked: list[tuple[str, str]] = []
+    monkeypatch.setattr(tier, "require", lambda module, purpose: asked.append((module, purpose)))
+    tier.run_tier(request(tmp_path, *fixes, rounds=rounds))
+    assert [m for m, _ in asked] == needed and asked[0] == ("prometheus_client.parser", METRICS_PURPOSE)
+    assert all(p == "the throughput A/B statistics" for m, p in asked[1:])
 
+
+@pytest.mark.parametrize("missing", STATS)
+def test_a_missing_extra_is_refused_before_anything_starts(
+    tmp_path: Path, lab: Lab, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
     def require(module: str, purpose: str) -> None:
-        asked.append((module, purpose))
-        if module == needed[-1]:
+        if module == missing:
             raise ConfigError(f"{purpose} needs {module}")
 
     monkeypatch.setattr(tier, "require", require)
-    with pytest.raises(ConfigError, match=f"needs {re.escape(needed[-1])}$"):
-        tier.run_tier(request(tmp_path, *fixes, rounds=rounds))
-    assert [m for m, _ in asked] == needed and lab.made == [] and not (tmp_path / "out").exists()
-    assert all(p == "the throughput A/B statistics" for m, p in asked if m != "prometheus_client.parser")
-    assert asked[0] == ("prometheus_client.parser", METRICS_PURPOSE)
+    with pytest.raises(ConfigError, match=f"needs {re.escape(missing)}$"):
+        tier.run_tier(request(tmp_path, "1", rounds=2))
+    assert lab.made == [] and not (tmp_path / "out").exists()
 
 
 # -- the CPU test servers' mode ------------------------------------------------------------------------------------
