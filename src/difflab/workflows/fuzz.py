@@ -141,11 +141,6 @@ def _leaks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def _chunk_summary(seed: int, event: dict[str, Any]) -> dict[str, Any]:
-    chunk = event["chunk"]
-    return {"chunk": chunk, "seed": seed * 1000 + chunk, "runs": event["runs"], "leaked": bool(event["leak"])}
-
-
 def execute(req: FuzzRequest, reporter: Reporter) -> FuzzOutcome:
     check(req)
     options = ProbeOptions(
