@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from difflab import runner as runner_package
 from difflab.cli import main
 from difflab.errors import ConfigError, DifflabError
 from difflab.paths import repo_root
-from difflab.probe import sandbox
 from difflab.progress import Reporter
 from difflab.workflows import fuzz as fuzz_workflow
 from workflow_tree import BASE_DOOR, HEAD_DOOR, TinyRepo, fix_entry, matrix_text, release_table, tiny_repo, write_probes
@@ -317,10 +317,11 @@ def test_the_back_ends_warnings_reach_the_callers_reporter(
     repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without Landlock the runner warns that the probes can read the lab's keys: on the reporter the caller gave."""
-    # the sandbox module the runner this workflow builds reads, whichever copy of it an earlier test left imported
+    # the fork corpus's worker-wide fixture hands every workflow one shared runner, built (and warned about) once;
+    # this test needs the workflow to build its own, through the real builder
     session = sys.modules[fuzz_workflow.Session.__module__]
-    for module in {sandbox, session.build_runner.__globals__["sandbox"], sys.modules["difflab.probe.sandbox"]}:
-        monkeypatch.setattr(module, "available", lambda: False)
+    monkeypatch.setattr(session, "build_runner", runner_package.build_runner)
+    monkeypatch.setattr(runner_package.sandbox, "available", lambda: False)
     text = io.StringIO()
     where = {"repo": str(repo.path), "ref": repo.commits["head"], "matrix": matrix(tmp_path)}
     req = fuzz_workflow.FuzzRequest(out=tmp_path / "out", runner="subprocess", schedules=2, **where)
