@@ -122,7 +122,7 @@ def mutation(session: nox.Session) -> None:
     """Mutation score of the judging core and the modules whose bugs change a verdict, an exit code or the
     evidence (mutmut, settings in pyproject.toml); fails when any module is below 90 %.
 
-    Too slow for every push (several minutes on 2 cores): the nightly job runs it, and a fixed sample
+    Too slow for every push (over an hour on 2 cores): the nightly job runs it, and a fixed sample
     of mutants runs with the tests (tests/test_mutation_examples.py). Arguments go to ``mutmut run``.
     """
     _install(session, "[dev,mutation]")

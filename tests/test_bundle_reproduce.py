@@ -17,6 +17,7 @@ import pytest
 
 from difflab.bundle import checksums, layout, trust
 from difflab.bundle.pack import pack
+from difflab.bundle.sealing import seal
 from difflab.errors import ConfigError, VerificationFailed
 from difflab.workflows import reproduce as reproduce_workflow
 from difflab.workflows.reproduce import (
@@ -37,6 +38,7 @@ from test_bundle_support import (  # noqa: F401 - isolated_config is an autouse 
     OBSERVATION,
     isolated_config,
     make_key,
+    make_run_folder,
     sealed,
 )
 
@@ -319,6 +321,35 @@ def test_a_rerun_that_wrote_no_verdicts_is_refused_naming_it(bundle: Bundle, tmp
     with pytest.raises(VerificationFailed) as err:
         reproduce(run_dir, policy, out=rerun, executor=replaying(lambda out: (out / "diff.json").unlink()))
     assert str(err.value) == f"{rerun}: the re-run wrote no diff.json; nothing to compare"
+
+
+def test_a_one_side_recording_compares_its_observations_without_verdicts(tmp_path: Path) -> None:
+    """A sealed one-side run (``RunRequest(sides=("head",))``) has no diff.json: its observations decide."""
+    private, public = make_key(tmp_path / "keys")
+    run_dir = make_run_folder(tmp_path, "run")
+    (run_dir / "diff.json").unlink()
+    edit_json(run_dir / "run.json", lambda d: d.update(sides=["head"]))
+    seal(run_dir, private, echo=lambda _m: None, environ={})
+    policy = trust.build(key_files=[public])
+
+    def one_side(edit: Callable[[Path], None] | None = None) -> Executor:
+        def execute(spec: RerunSpec) -> Path:
+            assert spec.sides == ("head",)
+            spec.out.mkdir(parents=True)
+            shutil.copytree(run_dir / "observations", spec.out / "observations")
+            if edit:
+                edit(spec.out)
+            return spec.out
+
+        return execute
+
+    report = reproduce(run_dir, policy, out=tmp_path / "same", executor=one_side())
+    assert report.matches and report.differences == []
+    gone = reproduce(
+        run_dir, policy, out=tmp_path / "lost", executor=one_side(lambda out: shutil.rmtree(out / "observations"))
+    )
+    assert not gone.matches and gone.differences
+    assert all(d.where.endswith("observation") and d.now == "(absent)" for d in gone.differences)
 
 
 def test_a_bundle_of_another_lab_version_is_said_before_the_differences(tmp_path: Path) -> None:
