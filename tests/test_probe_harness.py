@@ -370,6 +370,32 @@ def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: 
         sys.modules.pop("sglang.fake_late", None)
 
 
+def test_a_module_imported_again_under_a_name_already_seen_is_searched_anew() -> None:
+    """A build module removed from ``sys.modules`` and imported again is a new object with new globals:
+    its import of the function is a site like any other, though its name was indexed before."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        from harness.runtime import swapped_at_import_sites
+    finally:
+        sys.path.remove(str(PROBES))
+    owner = ModuleType("sglang_fake_owner")
+    owner.release = lambda: "real"  # type: ignore[attr-defined]
+    name = "sglang.fake_imported_twice"
+    try:
+        sys.modules[name] = ModuleType(name)  # indexed once, without the import
+        with swapped_at_import_sites(owner, "release", lambda: "stand-in") as sites:
+            assert sites == ["sglang_fake_owner.release"]
+        again = ModuleType(name)  # the same name, now importing the function
+        again.release = owner.release  # type: ignore[attr-defined]
+        sys.modules.pop(name)
+        sys.modules[name] = again  # the newest name again, and the same number of modules
+        with swapped_at_import_sites(owner, "release", lambda: "stand-in") as sites:
+            assert again.release() == "stand-in" and f"{name}.release" in sites
+        assert again.release() == "real"
+    finally:
+        sys.modules.pop(name, None)
+
+
 def test_the_prefill_results_release_is_swapped_where_defined_and_everywhere_bound() -> None:
     """#36988's KV release: a helper module of the build that imported it itself calls the stand-in too;
     a build that rebound the name in the prefill module alone gets that binding swapped."""

@@ -85,7 +85,7 @@ def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[
     """
     original = getattr(owner, name)
     sites = [(owner, name), *_import_sites(original, owner)]
-    mark, loaded = _modules_mark(), set(sys.modules)
+    mark, loaded = _modules_mark(), dict(sys.modules)
     for module, key in sites:
         setattr(module, key, value)
     _INDEX.placed(value, sites)
@@ -96,8 +96,10 @@ def swapped_at_import_sites(owner: Any, name: str, value: Any) -> Iterator[list[
         for module, key in sites:
             setattr(module, key, original)
         # A module imported while the swap was on bound the stand-in: it gets the original back too.
-        for module_name in set(sys.modules) - loaded if _modules_mark() != mark else ():
-            module = sys.modules.get(module_name)
+        imported = (
+            [m for n, m in list(sys.modules.items()) if loaded.get(n) is not m] if _modules_mark() != mark else []
+        )
+        for module in imported:
             for key, bound in list(vars(module).items()) if module is not None else ():
                 if bound is value:
                     setattr(module, key, original)
@@ -115,12 +117,14 @@ class _GlobalsIndex:
     rebound since is never taken for an import site.
     """
 
-    seen: set[str] = field(default_factory=set)
-    """Every module name looked at (SGLang's scanned, the rest skipped), so each lookup scans only new ones."""
+    seen: dict[str, Any] = field(default_factory=dict)
+    """Every module looked at (SGLang's scanned, the rest skipped), by name: the module object then (held,
+    so no later module can take its id). Each lookup scans only modules new since, a module imported
+    again under a seen name included."""
     by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     sglang: list[str] = field(default_factory=list)
     """The SGLang module names among :attr:`seen`, in the order they were found."""
-    mark: tuple[int, str] | None = None
+    mark: tuple[int, str, Any] | None = None
     """``sys.modules`` as last scanned (:func:`_modules_mark`)."""
     stand_ins: dict[int, tuple[tuple[tuple[str, str], ...], int]] = field(default_factory=dict)
     """A stand-in swapped in now (by id): the sites it was placed at, and how many SGLang modules were
@@ -140,10 +144,9 @@ class _GlobalsIndex:
         if mark == self.mark:
             return
         self.mark = mark
-        fresh = sys.modules.keys() - self.seen
-        self.seen |= fresh
-        for module_name in fresh:
-            module = sys.modules.get(module_name)
+        fresh = [(n, m) for n, m in list(sys.modules.items()) if self.seen.get(n) is not m]
+        self.seen.update(fresh)
+        for module_name, module in fresh:
             if module is None or not module_name.startswith("sglang"):
                 continue
             self.sglang.append(module_name)
@@ -183,14 +186,16 @@ class _GlobalsIndex:
         )
 
 
-def _modules_mark() -> tuple[int, str]:
-    """``sys.modules``'s size and newest name: both unchanged means no module was imported since.
+def _modules_mark() -> tuple[int, str, Any]:
+    """``sys.modules``'s size, newest name and that module's identity: all unchanged means no module was
+    imported since.
 
-    An import appends its name (a dict keeps insertion order), so it changes the newest name; a
-    name removed and then imported again was seen already. Comparing the mark costs nothing, a
-    set difference over the thousands of names torch & co. load costs ~1 ms, once per swap.
+    An import appends its name (a dict keeps insertion order), so it changes the newest name; the
+    newest removed and imported again keeps name and size but is a new object. Comparing the mark
+    costs nothing, a pass over the thousands of modules torch & co. load costs ~1 ms, once per swap.
     """
-    return len(sys.modules), next(reversed(sys.modules), "")
+    newest = next(reversed(sys.modules), "")
+    return len(sys.modules), newest, sys.modules.get(newest)  # a module compares by identity
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
