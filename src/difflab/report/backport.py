@@ -39,7 +39,7 @@ def _cases(verdicts: list[BackportVerdict]) -> Iterator[Case]:
     for v in verdicts:
         if not v.probes:
             outcome = "skipped" if v.verdict == "not-judged" else "error"
-            yield Case(f"backport.{v.id}", "(no probes)", outcome, v.reason, "" if outcome == "skipped" else "error")
+            yield Case(f"backport.{v.id}", "(no probes)", outcome, v.reason, "error")  # a skipped case has no type
         for p in v.probes:
             if p.like in ("error", "control-drift", "other"):
                 outcome, kind = "error", p.like
