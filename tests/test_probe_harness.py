@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -346,7 +347,8 @@ def test_no_probe_passes_an_outcome_deciding_value_as_a_keyword(harness: ModuleT
     assert not found, found
 
 
-def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: Path) -> None:
+def _swapper_and_owner() -> tuple[Any, ModuleType]:
+    """The harness's import-site swap, and a module owning a ``release`` function that returns "real"."""
     sys.path.insert(0, str(PROBES))
     try:
         from harness.runtime import swapped_at_import_sites
@@ -354,6 +356,11 @@ def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: 
         sys.path.remove(str(PROBES))
     owner = ModuleType("sglang_fake_owner")
     owner.release = lambda: "real"  # type: ignore[attr-defined]
+    return swapped_at_import_sites, owner
+
+
+def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: Path) -> None:
+    swapped_at_import_sites, owner = _swapper_and_owner()
     moved = ModuleType("sglang.fake_moved_helper")  # a helper module that imported it itself, under an alias
     moved.free_pages = owner.release  # type: ignore[attr-defined]
     sys.modules[moved.__name__] = moved
@@ -373,13 +380,7 @@ def test_a_patched_function_is_swapped_wherever_the_build_imported_it(tmp_path: 
 def test_a_module_imported_again_under_a_name_already_seen_is_searched_anew() -> None:
     """A build module removed from ``sys.modules`` and imported again is a new object with new globals:
     its import of the function is a site like any other, though its name was indexed before."""
-    sys.path.insert(0, str(PROBES))
-    try:
-        from harness.runtime import swapped_at_import_sites
-    finally:
-        sys.path.remove(str(PROBES))
-    owner = ModuleType("sglang_fake_owner")
-    owner.release = lambda: "real"  # type: ignore[attr-defined]
+    swapped_at_import_sites, owner = _swapper_and_owner()
     name = "sglang.fake_imported_twice"
     try:
         sys.modules[name] = ModuleType(name)  # indexed once, without the import
