@@ -118,9 +118,9 @@ class _GlobalsIndex:
     """
 
     seen: dict[str, Any] = field(default_factory=dict)
-    """Every module looked at (SGLang's scanned, the rest skipped), by name: the module object then (held,
-    so no later module can take its id). Each lookup scans only modules new since, a module imported
-    again under a seen name included."""
+    """Every module looked at (SGLang's scanned, the rest skipped), by name: the module object then, held
+    and compared by identity. Each lookup scans only modules new since, one imported again under a seen
+    name included."""
     by_id: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     sglang: list[str] = field(default_factory=list)
     """The SGLang module names among :attr:`seen`, in the order they were found."""

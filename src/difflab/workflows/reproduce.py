@@ -151,7 +151,7 @@ def _run_and_compare(
         spec = _unvouched_spec(spec, overrides)
     changes = {k: v for k, v in (("repo", overrides.repo), ("runner", overrides.runner)) if v is not None}
     rerun = executor(dataclasses.replace(spec, **changes))
-    # one side (an ``observe`` cell) records observations and no verdicts: those alone are compared
+    # a one-side recording (``RunRequest(sides=...)``) has observations and no verdicts: those alone are compared
     if spec.sides is None and not (rerun / layout.DIFF_JSON).is_file():
         raise VerificationFailed(f"{rerun}: the re-run wrote no {layout.DIFF_JSON}; nothing to compare")
     report = compare_runs(root, rerun)
