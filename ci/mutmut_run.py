@@ -19,13 +19,21 @@ own (``python ci/mutmut_run.py run "harness.construction.*"``).
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import libcst
 import mutmut.__main__ as main
 import mutmut.mutation.file_mutation as file_mutation
+import mutmut.mutation.trampoline as trampoline
+import mutmut.runners.harness as harness
 import mutmut.utils.format_utils as format_utils
+import pytest
+from mutmut.state import state
 
 IMPORT_ROOTS = ("probes",)
 """Folders whose children are imported as top-level names (a probe's ``sys.path`` holds them)."""
@@ -56,6 +64,59 @@ for _module in (format_utils, file_mutation, main):
 _header = list(libcst.parse_module(HEADER).body)
 file_mutation.trampoline_impl_cst = [*_header[:-1], _header[-1].with_changes(leading_lines=[libcst.EmptyLine()] * 2)]
 
+
+class ForkedHits:
+    """What a test reached in a process it forked, counted as that test's.
+
+    mutmut learns which tests reach a function from the calls its stats run records in *its* process.
+    A test that forks (``tests/test_process_rules.py`` runs each supervisor test in a fork of its own,
+    and a supervisor forks the probe) makes those calls in the fork, whose record is lost when it
+    exits: every mutant of ``supervise``, ``exited`` or ``end_strays`` then reads "no tests" and is
+    never run, though the tests would kill it (the mutant runs fine in a fork: it is named by the
+    environment the fork inherits). Here a call recorded in another process is also appended to a
+    file, and the stats run folds the file into the test's record before mutmut reads it.
+    """
+
+    def __init__(self) -> None:
+        fd, name = tempfile.mkstemp(prefix="mutmut-forked-hits-")
+        os.close(fd)
+        self.path = Path(name)
+        self.pid = os.getpid()
+        self._record = trampoline.record_trampoline_hit
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and self.path.unlink(missing_ok=True))  # not a worker's exit
+
+    def record(self, name: str, caller: str | None = None) -> None:
+        if os.getpid() != self.pid:  # O_APPEND: one line per write, whole, from any number of forks
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, f"{name}\n".encode())
+            finally:
+                os.close(fd)
+        self._record(name, caller)
+
+    def pytest_sessionstart(self, session: Any) -> None:
+        self.pid = os.getpid()  # the process that runs the stats' tests, wherever mutmut started it
+
+    @pytest.hookimpl(tryfirst=True)  # before mutmut's collector reads and clears the test's record
+    def pytest_runtest_teardown(self, item: Any, nextitem: Any) -> None:
+        hits = self.path.read_text().split()
+        self.path.write_text("")
+        state()._stats.update(hits)
+
+    def install(self) -> None:
+        trampoline.record_trampoline_hit = self.record  # the trampoline imported it by name
+        execute = harness.PytestRunner.execute_pytest
+
+        def execute_pytest(runner: harness.PytestRunner, params: list[str], **kwargs: Any) -> int:
+            if kwargs.get("plugins"):  # the stats run and the test listing bring collectors; a mutant's run none
+                kwargs["plugins"] = [*kwargs["plugins"], self]
+            return execute(runner, params, **kwargs)
+
+        harness.PytestRunner.execute_pytest = execute_pytest
+
+
 if __name__ == "__main__":
+    ForkedHits().install()
     sys.argv[0] = "mutmut"
     sys.exit(main.cli())
