@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import libcst
@@ -32,6 +34,7 @@ import mutmut.mutation.file_mutation as file_mutation
 import mutmut.mutation.trampoline as trampoline
 import mutmut.runners.harness as harness
 import mutmut.utils.format_utils as format_utils
+import mutmut.workers.isolation as isolation
 import pytest
 from mutmut.state import state
 
@@ -116,7 +119,21 @@ class ForkedHits:
         harness.PytestRunner.execute_pytest = execute_pytest
 
 
+def no_cpu_limit(which: int, limits: tuple[int, int]) -> None:
+    """mutmut's worker limits, less its CPU-time limit: the wall-clock limit it sets beside it still ends a hang.
+
+    An armed CPU-time limit makes this process's CPU clock tick-grained on Linux: a span of a few
+    milliseconds reads 0 CPU seconds. The throughput bench samples CPU time per item, so under the
+    limit every sample is 0, the A/B tests in ``tests/test_workflow_exits.py`` fail *whatever the
+    mutant*, and every mutant those tests reach (all of ``matrix.load``, for one) reads "killed".
+    The allowlisted equivalent mutants that came back "killed" showed it.
+    """
+    if which != resource.RLIMIT_CPU:
+        resource.setrlimit(which, limits)
+
+
 if __name__ == "__main__":
+    isolation.resource = SimpleNamespace(**{**vars(resource), "setrlimit": no_cpu_limit})
     ForkedHits().install()
     sys.argv[0] = "mutmut"
     sys.exit(main.cli())
