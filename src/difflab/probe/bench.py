@@ -142,6 +142,14 @@ class Measurer:
             cpu.append(elapsed_cpu / done)
             wall.append(elapsed / done)
             items += done
+        if statistics.median(cpu) <= 0:
+            # A CPU clock coarser than the runs (Linux makes it tick-grained while a CPU-time limit is
+            # armed): no CPU sample exists, and a ratio of zeros is no measurement.
+            raise RuntimeError(
+                f"workload {workload.name} at size {size}: this process's CPU clock did not advance in most "
+                f"of {len(cpu)} runs ({statistics.median(wall):.3g} s wall per item); it is coarser than a run "
+                "here (is a CPU-time limit set, ulimit -t?), so there is no CPU time to compare"
+            )
         return statistics.median(cpu), statistics.median(wall), items
 
     def round(self, sizes: list[int], budget: Budget) -> dict[str, Any]:
