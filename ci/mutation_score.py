@@ -178,7 +178,9 @@ def print_left(tally: Tally, allow: list[Equivalent]) -> None:
     stale = [e for e in allow if e.key() not in tally.used]
     if stale and not unchecked:
         print(
-            f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):"
+            f"\n{len(stale)} allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now;"
+            " an entry that truly cannot change behaviour and reads killed means some test failed whatever the"
+            " mutant, so this run's kills are suspect):"
         )
         for e in stale:
             print(f"  {e.module}: {e.function}: {' / '.join(e.added)}")

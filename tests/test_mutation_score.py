@@ -89,7 +89,9 @@ def test_the_score_the_survivors_and_the_stale_entries_are_reported(
         "      + return None",
     ]
     assert out[-5:-3] == [
-        "1 allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now):",
+        "1 allowlist entr(ies) match no surviving mutant (the code changed, or a test kills it now; an entry that"
+        " truly cannot change behaviour and reads killed means some test failed whatever the mutant, so this run's"
+        " kills are suspect):",
         "  difflab.diff.verdict: gone: b",
     ]
     assert out[-2:] == ["1 module(s) below the threshold of 60%:", "  difflab.diff.verdict: 50.0%"]
