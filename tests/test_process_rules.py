@@ -77,6 +77,7 @@ def alone(test: Callable[..., None]) -> Callable[..., None]:
         pid = os.fork()
         if pid == 0:
             os.close(r)
+            process.die_with_parent()  # a test run killed mid-test (a timeout) leaves no fork waiting behind
             code = 0
             try:
                 test(*args, **kwargs)
