@@ -3,7 +3,6 @@
 A fix with no probe to run is one case: skipped with its reason when the matrix declared it
 unavailable, an error otherwise; a character XML 1.0 cannot hold is written as an escape a reader can
 see; a report folder that does not exist yet is made; an outcome the writer does not know is refused.
-The misspelt matrix field is named with the probe's closest field, only from observations that ran.
 """
 
 from __future__ import annotations
@@ -13,10 +12,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from difflab.diff.fields import describe_missing, undeclared
 from difflab.diff.verdict import FixVerdict
-from difflab.matrix.model import ProbeSpec
-from difflab.observation import Observation
 from difflab.report.junit import Case, verdict_cases, write_cases, xml_text
 
 
@@ -59,23 +55,3 @@ def test_an_outcome_the_writer_does_not_know_is_refused_by_name(tmp_path: Path) 
         write_cases(tmp_path / "junit.xml", "difflab", [Case("c", "n", "flaky")])
     assert str(refused.value) == "unknown JUnit outcome 'flaky'"
     assert not (tmp_path / "junit.xml").exists()
-
-
-SPEC = ProbeSpec(
-    "door", expect={"rejected.enqueued": (True, False), "timeout.held": (False, True)}, controls={"x.y": 1}
-)
-
-
-def observation(status: str, **fields: object) -> Observation:
-    return Observation("7", "door", "head", {}, status, fields=dict(fields))  # type: ignore[arg-type]
-
-
-def test_each_missing_field_is_named_with_its_closest_returned_name_or_alone() -> None:
-    ran = observation("ok", **{"rejected.enqueud": False, "x.y": 1, "other.thing": 2})
-    errored = observation("error", **{"timeout.held_": True})  # an errored run's names are not offered
-    said = describe_missing(SPEC, None, errored, ran)
-    assert said == (
-        "field(s) the matrix declares that door did not return: expect 'rejected.enqueued' (closest: "
-        "'rejected.enqueud'), expect 'timeout.held'"
-    )
-    assert undeclared(SPEC, [None, errored, ran]) == ["other.thing", "rejected.enqueud"]
