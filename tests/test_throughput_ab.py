@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -495,3 +496,70 @@ def test_the_gate_fails_on_any_error_and_on_a_slowdown_only_with_a_factor(
     failed = type(same)(fix="3", label="#3", status="error", reason="broken")
     assert gate_exit([same, failed], None) == 1 and gate_exit([failed], 10.0) == 1
     assert gate_exit([], 1.0) == 0
+
+
+# -- what the loop hands on: the options' seed, its own clock, a log's odd bytes, the fixes it already gave ------------
+def test_the_a_b_is_judged_with_the_options_seed(
+    tmp_path: Path, probes: Path, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap's seed is the one recorded in run.json, so ``reproduce`` draws the same interval."""
+    seeds: list[int] = []
+    real = workflow.judge_throughput
+
+    def judge(result: Any, described: Any, base: Any, head: Any, seed: int, wall: Any = None) -> Any:
+        seeds.append(seed)
+        return real(result, described, base, head, seed, wall)
+
+    monkeypatch.setattr(workflow, "judge_throughput", judge)
+    options = ThroughputOptions(rounds=4, warmup=0, sizes=(10, 100), seed=12345)
+    (result,) = measure([fix("1")], sources_of(tmp_path, "1"), warm(), tmp_path / "w", Said(), options, probes)
+    assert result.status == "ok" and seeds == [12345]
+
+
+def test_the_a_bs_wall_time_is_read_to_the_hundredth(
+    tmp_path: Path, probes: Path, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readings = iter([10.0, 11.23456])
+    monkeypatch.setattr(workflow, "time", SimpleNamespace(monotonic=lambda: next(readings)))
+    (result,) = measure([fix("1")], sources_of(tmp_path, "1"), warm(), tmp_path / "w", Said(), QUICK, probes)
+    assert result.status == "ok" and result.wall_s == 1.23
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_kept_with_them_replaced(
+    tmp_path: Path, probes: Path, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = ScriptedBench.start
+
+    def start_with_odd_bytes(self: ScriptedBench, job: BenchJob) -> BenchChild:
+        child = real(self, job)
+        job.log_path.write_bytes(b"a native crash: \xff\xfe\n")
+        return child
+
+    monkeypatch.setattr(ScriptedBench, "start", start_with_odd_bytes)
+    work = tmp_path / "work"
+    (result,) = measure([fix("1")], sources_of(tmp_path, "1"), warm(), work, Said(), QUICK, probes)
+    assert result.status == "ok"
+    for side in ("base", "head"):
+        assert (work / "throughput" / "1" / f"{side}.log").read_text() == "a native crash: \ufffd\ufffd\n"
+
+
+def test_a_lost_hub_leaves_the_error_of_a_fix_already_given_as_it_was(
+    tmp_path: Path, probes: Path, script: Script
+) -> None:
+    """Fix 2 failed on its own before the hub was lost at fix 3: its reason stays its own."""
+    script.fail_start = {("2", "base")}
+    script.lose_hub_at = ("3", "head", 0)
+    fixes = [fix("1"), fix("2"), fix("3"), fix("4")]
+    results = measure(fixes, sources_of(tmp_path, "1", "2", "3", "4"), warm(), tmp_path / "w", Said(), QUICK, probes)
+    assert [(r.fix, r.status) for r in results] == [("1", "ok"), ("2", "error"), ("3", "error"), ("4", "error")]
+    assert results[1].reason.startswith("base base-src: the probe could not build its loads")
+    assert results[2].reason == results[3].reason == "warm back end unavailable: the hub died"
+
+
+def test_a_back_end_without_a_name_is_named_by_what_it_is() -> None:
+    class Plain:
+        def __repr__(self) -> str:
+            return "<a plain runner>"
+
+    with pytest.raises(ConfigError, match=r"--backend <a plain runner> cannot interleave rounds$"):
+        warm_runner(Plain())

@@ -214,3 +214,62 @@ def test_an_unstable_fix_says_so_with_its_spread_and_never_fails():
     (case,) = junit_cases([r], 1.10)
     assert case.outcome == "passed" and case.message.startswith("? unstable ratio ")
     assert "`?` unstable" in text and "± 25%" in text and "1 ± 10%" in text
+
+
+def test_every_interval_is_drawn_with_the_given_seed(monkeypatch):
+    """The overall, per-workload and wall comparisons all bootstrap with the run's seed (``reproduce`` redraws them)."""
+    import difflab.diff.throughput as judging
+
+    seeds = []
+    real = judging.compare_paired
+
+    def spy(metric, base, head, *, gate, bootstrap=None):
+        seeds.append((metric, bootstrap.seed if bootstrap is not None else "default"))
+        return real(metric, base, head, gate=gate, bootstrap=bootstrap)
+
+    monkeypatch.setattr(judging, "compare_paired", spy)
+    base, head = rounds(21, 20e-6), rounds(22, 30e-6)
+    result = ThroughputResult(fix="38935", label="#38935", status="error", probe="pr38935_doors")
+    judge_throughput(result, WORKLOADS, base, head, seed=987, wall={"base": base, "head": head})
+    assert [m for m, _ in seeds] == [
+        "seconds per item, geometric mean of every workload and size",
+        "wall seconds per item, geometric mean",
+        "door.valid: seconds per item, geometric mean of sizes",
+        "door.mixed: seconds per item, geometric mean of sizes",
+    ]
+    assert {s for _, s in seeds} == {987}
+
+
+def test_the_exponents_are_compared_pair_by_pair_as_differences():
+    """Both sides grow as size**0.5 with noise: the exponents' differences straddle 0, so no change in scaling."""
+    r = judged(rounds(23, 20e-6, exponent=0.5), rounds(24, 20e-6, exponent=0.5))
+    assert r.exponent.base == pytest.approx(0.5, abs=0.05) and r.exponent.head == pytest.approx(0.5, abs=0.05)
+    assert r.exponent.p_value > 0.05
+
+
+def test_the_junit_cases_read_back_name_each_fix_its_reason_and_both_exponents(tmp_path: Path):
+    """A fix with nothing to measure is skipped with its reason and the fixes after it still get their cases."""
+    from junitparser import JUnitXml, Skipped
+
+    from difflab.report.junit import write_cases
+
+    unmeasured = ThroughputResult(
+        fix="36988", label="#36988", status="unavailable", reason="the matrix declares no throughput probe for this fix"
+    )
+    grows = judged(rounds(25, 20e-6), rounds(26, 20e-6, exponent=0.5))
+    path = tmp_path / "junit.xml"
+    write_cases(path, "throughput", junit_cases([unmeasured, grows], None))
+    (suite,) = JUnitXml.fromfile(str(path))
+    cases = {c.classname: c for c in suite}
+    assert list(cases) == ["throughput.36988", "throughput.38935"]
+    skipped = cases["throughput.36988"]
+    assert skipped.name == "throughput:(none)" and isinstance(skipped.result[0], Skipped)
+    assert skipped.result[0].message == "the matrix declares no throughput probe for this fix"
+    passed = cases["throughput.38935"]
+    assert passed.name == "throughput:pr38935_doors" and passed.is_passed
+    exponents = f"exponent {grows.exponent.base:+.2f} -> {grows.exponent.head:+.2f}"
+    assert exponents in passed.system_out.splitlines()[0]
+    for w, line in zip(grows.workloads, passed.system_out.splitlines()[1:], strict=True):
+        assert line.startswith(f"{w.name}: ") and line.endswith(
+            f"exponent {w.exponent.base:+.2f} -> {w.exponent.head:+.2f}"
+        )

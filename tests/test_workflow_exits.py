@@ -7,39 +7,53 @@ sit in the mutation pass. The matrices mix a confirmed fix with a not-fixed one,
 a stale one and a fix that declares none: an exit code or a ``passed`` flag that asked "any" where it
 must ask "all", or that let one step's result replace another's, would pass on uniform runs and fails
 here. What a run decides is read back from its files (diff.json, selfcheck.json, run.json).
+
+The last sections read what each step of ``run`` is handed: the ``--timeout``, the gate's factor, the
+reporter, the lock beside the matrix, the environment (made only once the sources are there), and a release
+run's upstream tests, which come only from ``--upstream-tests``.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from difflab import stats
 from difflab.cli import main
+from difflab.diff.throughput import Scaling, ThroughputResult
+from difflab.environment.shared import SharedEnvironment
 from difflab.errors import ConfigError
 from difflab.paths import default_results
 from difflab.progress import Reporter
+from difflab.runner import sandbox
+from difflab.stats.paired import PairedGate, compare_paired
 from difflab.workflows import backport as backport_workflow
 from difflab.workflows import merge as merge_workflow
 from difflab.workflows import run as run_workflow
 from difflab.workflows import selfcheck as selfcheck_workflow
 from difflab.workflows.throughput import ThroughputOptions
 from workflow_tree import (
+    BASE_DOOR,
     DOOR_TESTS_FILE,
     DROP_GUARD,
     HANGS,
+    HEAD_DOOR,
     MOVES_CONTROL,
     REWORDS_BASE,
     STALE,
     TinyRepo,
     fix_entry,
     matrix_text,
+    release_table,
     tiny_repo,
     with_throughput,
     with_upstream_tests,
@@ -647,3 +661,187 @@ def test_backport_says_what_it_checked_and_records_the_fork_under_the_results(
     assert document["subject"] == "door: refuse rejected requests" and document["kind"] == "git"
     assert list(read(folder, "family.json")["defaults"]) == [f"fork {fork[:12]}"]
     assert (folder / "environment.json").is_file()
+
+
+# -- run: what each step gets from the run (its timeout, the gate's factor, the reporter, the lock, the environment)
+# A run that dropped one of these (the probes waited for the default timeout, the gate got no factor, the
+# environment was built before a bad commit was refused, the back end spoke to stderr) would still judge the
+# tiny tree right; these read whether each step got the run's own setting.
+def run_request(repo: TinyRepo, matrix_path: Path, out: Path, **kw: Any) -> run_workflow.RunRequest:
+    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "source_kind": "git", "repo": str(repo.path)}
+    return run_workflow.RunRequest(matrix=matrix_path, out=out, **(fields | kw))
+
+
+def said_to(text: io.StringIO) -> Reporter:
+    return Reporter(Console(file=text, width=400))
+
+
+def children() -> set[int]:
+    """The live child processes of this test process."""
+    pids: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        pids |= {int(p) for p in (task / "children").read_text().split()}
+    return pids
+
+
+def test_a_run_ends_a_probe_that_hangs_at_its_own_timeout(repo: TinyRepo, tmp_path: Path) -> None:
+    """``--timeout 2`` reaches the probes of a plain run: a 20 s probe is an error on each side, not a result."""
+    out = tmp_path / "out"
+    entry = fix_entry("1", repo.commits["base"], repo.commits["head"], probe="tiny_hang")
+    assert git_run(repo, matrix(tmp_path, entry), out, "--timeout", "2") == 1
+    (fix,) = read(out, "diff.json")["fixes"]
+    assert fix["verdict"] == "error" and fix["passed"] is False
+    for side in ("base", "head"):
+        seen = read(out, f"observations/1/{side}/tiny_hang.json")
+        assert seen["status"] == "error" and seen["fields"] == {}
+        assert seen["error"].strip() == "probe hung: killed after 2 s"
+
+
+def slower_head(fixes, sources, runner, work, reporter, options) -> list[ThroughputResult]:  # noqa: PLR0913
+    """What ``measure`` returns for a head three times slower on twelve pairs of rounds (significant)."""
+    base = [1.0 + 0.01 * i for i in range(12)]
+    head = [3.0 * b + 0.02 * (i % 3) for i, b in enumerate(base)]
+    comparison = compare_paired(
+        "cpu_s_per_item", base, head, gate=PairedGate(alpha=0.05, min_effect=0.05, max_spread=0.5)
+    )
+    assert comparison.regression  # the stand-in is what the gate judges: a significant slowdown
+    scaling = Scaling(base=1.0, head=1.0, p_value=1.0)
+    return [
+        ThroughputResult(fix=f.id, label=f.label, status="ok", comparison=comparison, exponent=scaling) for f in fixes
+    ]
+
+
+@pytest.mark.parametrize(("fail_above", "exit_code"), [(1.5, 1), (5.0, 0), (None, 0)])
+def test_the_throughput_gate_gets_the_runs_factor(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_above: float | None, exit_code: int
+) -> None:
+    """×3 slower fails ``--fail-above 1.5`` beside a confirmed verdict; ×5 or no factor (informational) passes."""
+    monkeypatch.setattr(run_workflow, "measure", slower_head)
+    clock = iter([100.0, 101.23456])
+    monkeypatch.setattr(run_workflow, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    options = ThroughputOptions(fail_above=fail_above)
+    path = matrix(tmp_path, with_throughput(confirmed(repo)))
+    req = run_request(repo, path, tmp_path / "out", runner="warm", runner_options=BARE_HUB, throughput=options)
+    outcome = run_workflow.execute(req)
+    assert [(v.id, v.verdict) for v in outcome.verdicts] == [("1", "confirmed")]
+    record = read(outcome.out_dir, "run.json")
+    assert outcome.exit_code == exit_code and record["exit_code"] == exit_code
+    assert record["throughput"]["fail_above"] == fail_above
+    assert record["throughput_wall_s"] == 1.23  # to the hundredth of a second, from the run's own clock
+
+
+def test_the_runner_gets_the_runs_options_and_speaks_through_its_reporter(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without Landlock the result cache is off, and the run's reporter says so; with no reporter, stderr does."""
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    env = SharedEnvironment()
+    text = io.StringIO()
+    run_workflow.make_runner(run_workflow.RunRequest(runner="subprocess"), env, said_to(text))
+    assert "this kernel has no Landlock" in text.getvalue()
+    assert "Landlock" not in capsys.readouterr().err
+    run_workflow.make_runner(run_workflow.RunRequest(runner="subprocess"), env)
+    assert "this kernel has no Landlock" in capsys.readouterr().err
+    warm = run_workflow.make_runner(run_workflow.RunRequest(runner="warm", runner_options=BARE_HUB), env)
+    assert (warm.hub_preload, warm.server_preload, warm.learn) == ((), (), False)
+
+
+def test_a_run_without_landlock_says_so_through_its_reporter(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    text = io.StringIO()
+    req = run_request(repo, matrix(tmp_path, confirmed(repo)), tmp_path / "out", use_cache=True)
+    outcome = run_workflow.execute(req, said_to(text))
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["confirmed"]
+    assert "this kernel has no Landlock" in text.getvalue() and "Landlock" not in capsys.readouterr().err
+
+
+def test_a_warm_run_stops_its_hub_when_it_ends(repo: TinyRepo, tmp_path: Path) -> None:
+    """The warm hub is started early and stopped with the run: no process of it outlives the run."""
+    before = children()
+    req = run_request(repo, matrix(tmp_path, confirmed(repo)), tmp_path / "out", runner="warm", runner_options=BARE_HUB)
+    outcome = run_workflow.execute(req)
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["confirmed"]
+    assert children() - before == set()
+
+
+def spy_on_ensure(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every ``SharedEnvironment.ensure`` call's ``progress``, the real method still run."""
+    calls: list[Any] = []
+    ensure = SharedEnvironment.ensure
+
+    def spy(self: SharedEnvironment, *args: Any, **kw: Any) -> Any:
+        calls.append(kw.get("progress", args[0] if args else None))
+        return ensure(self, *args, **kw)
+
+    monkeypatch.setattr(SharedEnvironment, "ensure", spy)
+    return calls
+
+
+def test_a_bad_commit_stops_the_run_before_the_environment_is_made(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = spy_on_ensure(monkeypatch)
+    missing = "0" * 40
+    out = tmp_path / "out"
+    assert git_run(repo, matrix(tmp_path, fix_entry("1", repo.commits["base"], missing)), out) == 2
+    assert missing[:12] in capsys.readouterr().err
+    assert calls == [] and not out.exists()
+
+
+def test_a_run_makes_its_environment_through_its_reporter_and_records_it(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_on_ensure(monkeypatch)
+    req = run_request(repo, matrix(tmp_path, confirmed(repo)), tmp_path / "out")
+    outcome = run_workflow.execute(req, said_to(io.StringIO()))
+    assert outcome.exit_code == 0 and calls and all(callable(progress) for progress in calls)
+    environment = read(outcome.out_dir, "environment.json")
+    assert environment and environment == SharedEnvironment().document()
+    assert read(outcome.out_dir, "run.json")["environment_digest"] == SharedEnvironment().digest
+
+
+def test_a_run_takes_its_commits_from_the_lock_beside_its_matrix(repo: TinyRepo, tmp_path: Path) -> None:
+    path = matrix(tmp_path, fix_entry("1", "", "", pinned=False))
+    assert main(["lock", "--matrix", str(path), "--repo", str(repo.path)]) == 0
+    outcome = run_workflow.execute(run_request(repo, path, tmp_path / "out"))
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["confirmed"]
+    record = read(outcome.out_dir, "run.json")
+    assert {s["commit"] for s in record["sources"].values()} == {repo.commits["base"], repo.commits["head"]}
+
+
+# -- a release run: SGLang's own tests only from --upstream-tests ---------------------------------------------------
+def release_request(tmp_path: Path, entry: str, **kw: Any) -> run_workflow.RunRequest:
+    path = tmp_path / "matrix" / "upstream.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(release_table({"0.5.20": BASE_DOOR, "0.5.21": HEAD_DOOR}) + entry)
+    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "source_kind": "release"}
+    return run_workflow.RunRequest(matrix=path, out=tmp_path / "out", **(fields | kw))
+
+
+def test_a_release_run_replays_the_fixes_own_tests_from_the_folder_it_is_given(tmp_path: Path) -> None:
+    entry = with_upstream_tests(fix_entry("1", "", "", pinned=False), "test_a_rejected_request_is_refused")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    text = io.StringIO()
+    outcome = run_workflow.execute(release_request(tmp_path, entry, upstream_tests=folder), said_to(text))
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["confirmed"]
+    (fix,) = read(outcome.out_dir, "diff.json")["fixes"]
+    assert fix["upstream_tests"]["agrees"] is True
+    record = read(outcome.out_dir, "run.json")
+    assert record["upstream_tests"]["dir"] == str(folder) and list(record["upstream_tests"]["files"]) == [
+        DOOR_TESTS_FILE
+    ]
+    said = text.getvalue()
+    assert "upstream tests on 0.5.20: 2 test(s)" in said and "upstream tests on 0.5.21: 2 test(s)" in said
+    assert f"upstream tests #1: {fix['upstream_tests']['text']}" in said
+
+
+def test_a_release_run_without_a_tests_folder_replays_nothing_and_says_nothing_of_them(tmp_path: Path) -> None:
+    entry = with_upstream_tests(fix_entry("1", "", "", pinned=False), "test_a_rejected_request_is_refused")
+    outcome = run_workflow.execute(release_request(tmp_path, entry))
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["confirmed"]
+    (fix,) = read(outcome.out_dir, "diff.json")["fixes"]
+    assert "upstream_tests" not in read(outcome.out_dir, "run.json") and fix.get("upstream_tests") is None
+    assert not (outcome.out_dir / "upstream-tests.json").exists()
+    assert "SGLang's own tests" not in (outcome.out_dir / "summary.md").read_text()

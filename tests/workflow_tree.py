@@ -67,7 +67,16 @@ def observe(kit) -> dict:
 
     return {"rejected.admitted": False}
 '''
-PROBES = {"tiny_door": DOOR_PROBE, "tiny_broken": BROKEN_PROBE}
+HANG_PROBE = '''"""A probe that outlives any short ``--timeout``: a run must end it there, never wait it out."""
+
+import time
+
+
+def observe(kit) -> dict:
+    time.sleep(20)
+    return {"rejected.admitted": False, "valid.admitted": True}
+'''
+PROBES = {"tiny_door": DOOR_PROBE, "tiny_broken": BROKEN_PROBE, "tiny_hang": HANG_PROBE}
 
 DOOR_BENCH = '''"""The tiny tree's door under load: a batch of requests (every fourth rejected) through ``admit``."""
 
