@@ -845,3 +845,64 @@ def test_a_release_run_without_a_tests_folder_replays_nothing_and_says_nothing_o
     assert "upstream_tests" not in read(outcome.out_dir, "run.json") and fix.get("upstream_tests") is None
     assert not (outcome.out_dir / "upstream-tests.json").exists()
     assert "SGLang's own tests" not in (outcome.out_dir / "summary.md").read_text()
+
+
+# -- backport: what each step gets from the check (its timeout, the reporter, the cache, the environment) ----------
+def backport_request(repo: TinyRepo, matrix_path: Path, out: Path, ref: str = "fork", **kw: Any):
+    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "upstream": str(repo.path)}
+    return backport_workflow.BackportRequest(matrix=matrix_path, out=out, repo=str(repo.path), ref=ref, **(fields | kw))
+
+
+def test_backport_ends_a_probe_that_hangs_at_its_own_timeout(repo: TinyRepo, tmp_path: Path) -> None:
+    entry = fix_entry("1", repo.commits["base"], repo.commits["head"], probe="tiny_hang")
+    out = tmp_path / "fork"
+    assert backport(repo, matrix(tmp_path, entry), out, "fork", "--timeout", "2") == 1
+    seen = read(out, "observations/1/fork/tiny_hang.json")
+    assert seen["status"] == "error" and seen["error"].strip() == "probe hung: killed after 2 s"
+
+
+def test_backport_of_a_ref_the_fork_lacks_names_it_before_the_environment_is_made(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = spy_on_ensure(monkeypatch)
+    out = tmp_path / "fork"
+    assert backport(repo, matrix(tmp_path, confirmed(repo)), out, "no-such-ref") == 2
+    assert "'no-such-ref'" in capsys.readouterr().err  # the ref as given, quoted
+    assert calls == [] and not out.exists()
+
+
+def test_backport_makes_its_environment_through_its_reporter_and_fetches_into_its_cache(
+    repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_on_ensure(monkeypatch)
+    cache = tmp_path / "cache"
+    text = io.StringIO()
+    req = backport_request(repo, matrix(tmp_path, confirmed(repo)), tmp_path / "fork", cache=cache)
+    outcome = backport_workflow.execute(req, said_to(text))
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["present"]
+    assert calls and all(callable(progress) for progress in calls)
+    assert any(cache.rglob("HEAD")), "the fork's mirror is under --cache"
+    tree = re.search(r"fork commit [0-9a-f]{40} \(tree ([0-9a-f]+)\)", text.getvalue())
+    assert tree is not None and len(tree.group(1)) == 12
+
+
+def test_a_warm_backport_stops_its_hub_when_it_ends(repo: TinyRepo, tmp_path: Path) -> None:
+    before = children()
+    req = backport_request(repo, matrix(tmp_path, confirmed(repo)), tmp_path / "fork", runner="warm")
+    outcome = backport_workflow.execute(req)
+    assert outcome.exit_code == 0 and [v.verdict for v in outcome.verdicts] == ["present"]
+    assert children() - before == set()
+
+
+def test_backport_says_how_its_upstream_tests_ran_on_the_fork(
+    repo: TinyRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entry = with_upstream_tests(confirmed(repo), "test_a_rejected_request_is_refused")
+    folder = write_door_tests(tmp_path / "sglang-tests")
+    text = io.StringIO()
+    req = backport_request(repo, matrix(tmp_path, entry), tmp_path / "fork", upstream_tests=folder)
+    outcome = backport_workflow.execute(req, said_to(text))
+    assert outcome.exit_code == 0
+    said = text.getvalue()
+    assert re.search(r"upstream tests on \S+: 2 test\(s\) in \d+\.\d s", said), said
+    assert "upstream tests #1: " in said
