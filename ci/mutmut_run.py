@@ -15,6 +15,9 @@ mutant. Where mutmut is missing, the header below leaves each function as writte
 which is what mutmut's own trampoline runs there anyway (the probe's environment is built from an
 allow-list, so no mutant is ever named in it). Nothing else changes; the arguments are ``mutmut``'s
 own (``python ci/mutmut_run.py run "harness.construction.*"``).
+
+Fresh: mutmut copies ``tests/`` into ``mutants/`` once; before each run the files changed since are copied
+again (:func:`refresh_tests`), so mutants named again after a test was written meet that test.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import resource
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -132,7 +136,29 @@ def no_cpu_limit(which: int, limits: tuple[int, int]) -> None:
         resource.setrlimit(which, limits)
 
 
+def refresh_tests(root: Path = Path("tests"), copy: Path = Path("mutants") / "tests") -> list[str]:
+    """Bring mutmut's copy of the tests up to date: the files added or changed since it copied them.
+
+    mutmut copies the tests into ``mutants/`` once and never again; a later ``run`` (a few mutants named
+    again after a new test was written) would run the old copy and miss the new test. The tests are never
+    mutated, so the checkout's files are what the copy must hold.
+    """
+    if not copy.is_dir():
+        return []  # a fresh pass: mutmut copies everything itself
+    changed = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            target = copy / path.relative_to(root)
+            if not target.is_file() or target.read_bytes() != path.read_bytes():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                changed.append(str(path))
+    return changed
+
+
 if __name__ == "__main__":
+    for name in refresh_tests():
+        print(f"mutants/: {name} refreshed", file=sys.stderr)
     isolation.resource = SimpleNamespace(**{**vars(resource), "setrlimit": no_cpu_limit})
     ForkedHits().install()
     sys.argv[0] = "mutmut"
