@@ -17,7 +17,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +70,9 @@ def corpus_matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def one_runner_per_worker() -> Iterator[None]:
-    """Every ``backport`` of this worker shares one runner: one warm hub imports SGLang's
-    dependencies once for the whole corpus instead of once per fork (~6 s each)."""
+def runners_of_this_worker() -> Iterator[Callable[..., Any]]:
+    """A ``build_runner`` that builds each kind of runner once per worker and closes them all at the end."""
     from difflab.runner import build_runner
-    from difflab.workflows import session as session_steps  # every workflow builds its runner there
 
     built: dict[tuple[Any, ...], Any] = {}
 
@@ -84,16 +82,26 @@ def one_runner_per_worker() -> Iterator[None]:
             built[key] = build_runner(name, environment, use_cache, say, **options)
         return built[key]
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(session_steps, "build_runner", shared)
     try:
-        yield
+        yield shared
     finally:
-        mp.undo()
         for runner in built.values():
             close = getattr(getattr(runner, "inner", runner), "close", None)
             if close:
                 close()
+
+
+@pytest.fixture
+def one_runner_per_worker(runners_of_this_worker: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``backport`` of this worker shares one runner: one warm hub imports SGLang's
+    dependencies once for the whole corpus instead of once per fork (~6 s each).
+
+    Patched for each corpus test only: a worker's later tests (a workflow that must build, and warn
+    about, its own runner) get the real builder back.
+    """
+    from difflab.workflows import session as session_steps  # every workflow builds its runner there
+
+    monkeypatch.setattr(session_steps, "build_runner", runners_of_this_worker)
 
 
 def _fields(probe: dict[str, Any]) -> str:

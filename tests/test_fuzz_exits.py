@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -317,10 +316,6 @@ def test_the_back_ends_warnings_reach_the_callers_reporter(
     repo: TinyRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without Landlock the runner warns that the probes can read the lab's keys: on the reporter the caller gave."""
-    # the fork corpus's worker-wide fixture hands every workflow one shared runner, built (and warned about) once;
-    # this test needs the workflow to build its own, through the real builder
-    session = sys.modules[fuzz_workflow.Session.__module__]
-    monkeypatch.setattr(session, "build_runner", runner_package.build_runner)
     monkeypatch.setattr(runner_package.sandbox, "available", lambda: False)
     text = io.StringIO()
     where = {"repo": str(repo.path), "ref": repo.commits["head"], "matrix": matrix(tmp_path)}
