@@ -14,13 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from junitparser import JUnitXml, Skipped
 
+import difflab.diff.throughput as judging
 from difflab import cli, stats
 from difflab.bundle.compare import compare_runs
 from difflab.diff.throughput import ThroughputResult, judge_throughput
 from difflab.errors import ConfigError
 from difflab.matrix import load_matrix
-from difflab.report.junit import Case
+from difflab.report.junit import Case, write_cases
 from difflab.report.throughput import junit_cases, summary_lines
 from difflab.stats.scaling import fit_exponent, geometric_mean
 from difflab.workflows.throughput import ThroughputOptions, gate_exit
@@ -218,8 +220,6 @@ def test_an_unstable_fix_says_so_with_its_spread_and_never_fails():
 
 def test_every_interval_is_drawn_with_the_given_seed(monkeypatch):
     """The overall, per-workload and wall comparisons all bootstrap with the run's seed (``reproduce`` redraws them)."""
-    import difflab.diff.throughput as judging
-
     seeds = []
     real = judging.compare_paired
 
@@ -249,10 +249,6 @@ def test_the_exponents_are_compared_pair_by_pair_as_differences():
 
 def test_the_junit_cases_read_back_name_each_fix_its_reason_and_both_exponents(tmp_path: Path):
     """A fix with nothing to measure is skipped with its reason and the fixes after it still get their cases."""
-    from junitparser import JUnitXml, Skipped
-
-    from difflab.report.junit import write_cases
-
     unmeasured = ThroughputResult(
         fix="36988", label="#36988", status="unavailable", reason="the matrix declares no throughput probe for this fix"
     )

@@ -91,6 +91,22 @@ def git_run(repo: TinyRepo, matrix_path: Path, out: Path, *extra: str, command: 
     return main([*argv, *FAST, *sealed, *extra])
 
 
+def run_request(repo: TinyRepo, matrix_path: Path, out: Path, **kw: Any) -> run_workflow.RunRequest:
+    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "source_kind": "git", "repo": str(repo.path)}
+    return run_workflow.RunRequest(matrix=matrix_path, out=out, **(fields | kw))
+
+
+def said_to(text: io.StringIO) -> Reporter:
+    return Reporter(Console(file=text, width=400))
+
+
+def backport_request(
+    repo: TinyRepo, matrix_path: Path, out: Path, ref: str = "fork", **kw: Any
+) -> backport_workflow.BackportRequest:
+    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "upstream": str(repo.path)}
+    return backport_workflow.BackportRequest(matrix=matrix_path, out=out, repo=str(repo.path), ref=ref, **(fields | kw))
+
+
 def confirmed(repo: TinyRepo, fix_id: str = "1", mutations: str = DROP_GUARD) -> str:
     return fix_entry(fix_id, repo.commits["base"], repo.commits["head"], mutations=mutations)
 
@@ -170,16 +186,8 @@ def test_an_unavailable_side_is_judged_and_left_out_of_the_sources(repo: TinyRep
         )
     )
     text = io.StringIO()
-    req = run_workflow.RunRequest(
-        matrix=matrix(tmp_path, confirmed(repo), gone),
-        out=tmp_path / "out",
-        runner="subprocess",
-        use_cache=False,
-        bundle=False,
-        source_kind="git",
-        repo=str(repo.path),
-    )
-    outcome = run_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    req = run_request(repo, matrix(tmp_path, confirmed(repo), gone), tmp_path / "out")
+    outcome = run_workflow.execute(req, said_to(text))
     assert "2 base tiny_door" not in text.getvalue()  # unavailable is a verdict's input, not a probe error
     verdicts = {v.id: (v.verdict, v.passed) for v in outcome.verdicts}
     assert verdicts == {"1": ("confirmed", True), "2": (verdicts["2"][0], True)} and outcome.exit_code == 0
@@ -191,17 +199,8 @@ def test_a_run_replays_the_fixes_own_tests_and_says_whether_they_agree(repo: Tin
     entry = with_upstream_tests(confirmed(repo), "test_a_rejected_request_is_refused")
     folder = write_door_tests(tmp_path / "sglang-tests")
     text = io.StringIO()
-    req = run_workflow.RunRequest(
-        matrix=matrix(tmp_path, entry, not_fixed(repo)),
-        out=tmp_path / "out",
-        runner="subprocess",
-        use_cache=False,
-        bundle=False,
-        source_kind="git",
-        repo=str(repo.path),
-        upstream_tests=folder,
-    )
-    outcome = run_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    req = run_request(repo, matrix(tmp_path, entry, not_fixed(repo)), tmp_path / "out", upstream_tests=folder)
+    outcome = run_workflow.execute(req, said_to(text))
     assert outcome.exit_code == 1  # fix 2 is not fixed; its tests (none declared) change nothing
     fixes = {f["id"]: f for f in read(outcome.out_dir, "diff.json")["fixes"]}
     agreement = fixes["1"]["upstream_tests"]
@@ -391,7 +390,7 @@ def test_selfcheck_leaves_out_a_fix_whose_head_is_unavailable_and_says_so(repo: 
     gone = headless(repo)
     older = OLDER_THAN_EVERY_PIN
     text = io.StringIO()
-    reporter = Reporter(Console(file=text, width=400))
+    reporter = said_to(text)
     req = selfcheck_workflow.SelfcheckRequest(
         matrix=matrix(tmp_path, confirmed(repo), gone, older),
         out=tmp_path / "check",
@@ -461,17 +460,8 @@ BARE_HUB = {"hub_preload": (), "server_preload": (), "learn": False}
 
 def throughput_run(repo: TinyRepo, tmp_path: Path, *entries: str, fail_above: float | None = None):
     options = ThroughputOptions(**QUICK_AB, fail_above=fail_above)
-    req = run_workflow.RunRequest(
-        matrix=matrix(tmp_path, *entries),
-        out=tmp_path / "out",
-        runner="warm",
-        runner_options=BARE_HUB,
-        use_cache=False,
-        bundle=False,
-        source_kind="git",
-        repo=str(repo.path),
-        throughput=options,
-    )
+    path = matrix(tmp_path, *entries)
+    req = run_request(repo, path, tmp_path / "out", runner="warm", runner_options=BARE_HUB, throughput=options)
     return run_workflow.execute(req), options
 
 
@@ -647,7 +637,7 @@ def test_backport_says_what_it_checked_and_records_the_fork_under_the_results(
         use_cache=False,
         bundle=False,
     )
-    outcome = backport_workflow.execute(req, Reporter(Console(file=text, width=400)))
+    outcome = backport_workflow.execute(req, said_to(text))
     (folder,) = (tmp_path / "results").iterdir()
     assert re.fullmatch(r"backport-\d{8}T\d{6}Z", folder.name) and outcome.out_dir == folder
     assert outcome.exit_code == 0 and [(v.id, v.verdict) for v in outcome.verdicts] == [("1", "present")]
@@ -667,15 +657,6 @@ def test_backport_says_what_it_checked_and_records_the_fork_under_the_results(
 # A run that dropped one of these (the probes waited for the default timeout, the gate got no factor, the
 # environment was built before a bad commit was refused, the back end spoke to stderr) would still judge the
 # tiny tree right; these read whether each step got the run's own setting.
-def run_request(repo: TinyRepo, matrix_path: Path, out: Path, **kw: Any) -> run_workflow.RunRequest:
-    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "source_kind": "git", "repo": str(repo.path)}
-    return run_workflow.RunRequest(matrix=matrix_path, out=out, **(fields | kw))
-
-
-def said_to(text: io.StringIO) -> Reporter:
-    return Reporter(Console(file=text, width=400))
-
-
 def children() -> set[int]:
     """The live child processes of this test process."""
     pids: set[int] = set()
@@ -697,7 +678,7 @@ def test_a_run_ends_a_probe_that_hangs_at_its_own_timeout(repo: TinyRepo, tmp_pa
         assert seen["error"].strip() == "probe hung: killed after 2 s"
 
 
-def slower_head(fixes, sources, runner, work, reporter, options) -> list[ThroughputResult]:  # noqa: PLR0913
+def slower_head(fixes, sources, runner, work, reporter, options) -> list[ThroughputResult]:
     """What ``measure`` returns for a head three times slower on twelve pairs of rounds (significant)."""
     base = [1.0 + 0.01 * i for i in range(12)]
     head = [3.0 * b + 0.02 * (i % 3) for i, b in enumerate(base)]
@@ -848,11 +829,6 @@ def test_a_release_run_without_a_tests_folder_replays_nothing_and_says_nothing_o
 
 
 # -- backport: what each step gets from the check (its timeout, the reporter, the cache, the environment) ----------
-def backport_request(repo: TinyRepo, matrix_path: Path, out: Path, ref: str = "fork", **kw: Any):
-    fields = {"runner": "subprocess", "use_cache": False, "bundle": False, "upstream": str(repo.path)}
-    return backport_workflow.BackportRequest(matrix=matrix_path, out=out, repo=str(repo.path), ref=ref, **(fields | kw))
-
-
 def test_backport_ends_a_probe_that_hangs_at_its_own_timeout(repo: TinyRepo, tmp_path: Path) -> None:
     entry = fix_entry("1", repo.commits["base"], repo.commits["head"], probe="tiny_hang")
     out = tmp_path / "fork"
